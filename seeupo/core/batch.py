@@ -1,0 +1,117 @@
+"""The sample batch shared by the tabular and the language-model layers.
+
+One row per (trajectory, turn). The algorithm code only ever sees this batch and
+tensors of log-probabilities; it never sees a model or a problem.
+
+Identifiers are what make the algorithm robust to re-ordering: advantages and
+the sequential-update factor ``M`` are keyed by ``traj_id``, never by row
+position (PAPER.md §5, the reference code's misaligned ``M``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class SampleBatch:
+    """Rows of (trajectory, turn) samples.
+
+    Attributes:
+      traj_id: ``[n]`` long, dense ids ``0..n_traj-1``; every row of a trajectory shares it.
+      group_id: ``[n]`` long, dense ids ``0..n_groups-1``; trajectories from the same initial
+        state ``s0`` (one task's ``G`` rollouts) share it. Groups never span instances.
+      turn: ``[n]`` long, 0-based turn index of the row within its trajectory.
+      logp_old: ``[n, L]`` per-token log-probabilities under the sampling policy
+        (``L = 1`` for atomic tabular actions).
+      token_mask: ``[n, L]`` bool, which token slots are real.
+      valid: ``[n]`` bool; ``False`` marks a placeholder for a turn after the episode
+        ended. Placeholders have no gradient, a ratio of 1, and are left out of every
+        mean (unlike the reference code, PAPER.md §5).
+      reward: ``[n]`` reward received at this turn.
+      traj_return: ``[n]`` the trajectory's (discounted) total return, repeated on each row.
+      weight: ``[n]`` row weight. 1 for sampled rows; in exact mode the probability of
+        the trajectory (times the probability of the rest of its group, for GRAE).
+      instance: ``[n]`` long; which problem instance the row belongs to, so that many
+        independent problems can be updated in one batched call. Always 0 for LLM runs.
+      data: layer-specific payload, indexed like the rows (tabular: ``hist``, ``action``;
+        LLM: token ids). The algorithm core never reads it; policies do.
+    """
+
+    traj_id: Tensor
+    group_id: Tensor
+    turn: Tensor
+    logp_old: Tensor
+    token_mask: Tensor
+    valid: Tensor
+    reward: Tensor
+    traj_return: Tensor
+    weight: Tensor
+    instance: Tensor
+    data: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.traj_id.shape[0]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            tensors = value.values() if isinstance(value, dict) else [value]
+            for tensor in tensors:
+                if tensor.shape[0] != n:
+                    raise ValueError(f"SampleBatch.{f.name} has {tensor.shape[0]} rows, expected {n}")
+        if self.logp_old.shape != self.token_mask.shape:
+            raise ValueError("SampleBatch.logp_old and token_mask must have the same shape [n, L]")
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.traj_id.shape[0])
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.traj_id.max().item()) + 1 if self.num_rows else 0
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group_id.max().item()) + 1 if self.num_rows else 0
+
+    @property
+    def num_instances(self) -> int:
+        return int(self.instance.max().item()) + 1 if self.num_rows else 0
+
+    def select(self, rows: Tensor) -> "SampleBatch":
+        """The sub-batch of the given rows (a bool mask or an index tensor). Ids are kept."""
+        kwargs = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                kwargs[f.name] = {k: v[rows] for k, v in value.items()}
+            else:
+                kwargs[f.name] = value[rows]
+        return SampleBatch(**kwargs)
+
+    def with_updates(self, **changes: Tensor) -> "SampleBatch":
+        return dataclasses.replace(self, **changes)
+
+
+def per_trajectory(values: Tensor, batch: SampleBatch, reduce: str = "first") -> Tensor:
+    """Collapse a per-row tensor to one value per trajectory (``[n_traj]``).
+
+    ``reduce="first"`` takes the value of any row (for quantities that are constant
+    within a trajectory, such as its return); ``"sum"`` adds the rows.
+    """
+    out = torch.zeros(batch.num_trajectories, dtype=values.dtype, device=values.device)
+    if reduce == "sum":
+        return out.index_add_(0, batch.traj_id, values)
+    if reduce == "first":
+        return out.index_copy_(0, batch.traj_id, values)
+    raise ValueError(f"unknown reduce {reduce!r}; expected 'first' or 'sum'")
+
+
+def segment_sum(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
+    """``out[k] = sum of values[i] with segment[i] == k`` (leading dimension only)."""
+    out = torch.zeros((num_segments,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
+    return out.index_add_(0, segment, values)

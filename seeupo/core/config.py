@@ -1,0 +1,152 @@
+"""The algorithm configuration and the presets that name the paper's Table 1 rows.
+
+Every algorithm of the paper is a point in one space: an advantage estimator, a policy
+update, a ratio level, and a schedule. Any other point can be composed by hand::
+
+    cfg = AlgorithmConfig(advantage="grae", grae_scale="group_std", update="ppo",
+                          ratio_level="sequence", schedule="sequential", order="forward")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """One multi-turn policy-optimisation algorithm.
+
+    Advantage estimation
+      advantage: ``"oracle"`` (exact advantages supplied by the caller), ``"gae"`` (critic,
+        Schulman et al. 2016) or ``"grae"`` (group relative, critic-free; PAPER.md §2).
+      gae_gamma, gae_lambda: GAE's discount and trace parameter.
+      gae_token_level: GAE steps are tokens (PPO on LLMs) rather than turns.
+      group_size: ``G``, rollouts per task for GRAE.
+      grae_center: ``"mean"`` (GRPO, Shao et al. 2024), ``"loo"`` (RLOO, Kool et al. 2019) or ``"none"``.
+      grae_scale: ``"none"``, ``"group_std"`` (GRPO) or ``"batch_std"`` (batch z-score: SeeUPO,
+        REINFORCE++ of Hu 2025).
+      grae_clamp: clip advantages to ``[-c, c]`` after scaling; ``None`` for no clamping.
+
+    Policy update
+      update: ``"reinforce"`` (one gradient step on ``log pi * A``) or ``"ppo"`` (the clipped
+        surrogate, "PPU" in the paper).
+      ratio_level: ``"token"`` (PPO, GRPO) or ``"sequence"`` (GSPO, Zheng et al. 2025; SeeUPO).
+      ratio_scope: the "sequence" of a sequence-level ratio: one turn's response or the whole
+        trajectory.
+      length_norm: sequence ratio as the geometric mean of token ratios (GSPO) rather than
+        the product (the true ``pi(a|h) / pi_old(a|h)``).
+      clip_eps_low, clip_eps_high: the clip range ``[1 - low, 1 + high]`` (0.2 in the paper).
+      dual_clip: the dual-clip constant of Ye et al. 2020, or ``None``.
+      kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``).
+      aggregation: how token objectives become one number (see :func:`seeupo.core.losses.aggregate`).
+      epochs, minibatches: passes over the batch and minibatches per pass (per turn, in a
+        sequential schedule). The reference code uses 1 and 1 (PAPER.md §5).
+
+    Schedule
+      schedule: ``"simultaneous"`` (all turns in one update) or ``"sequential"`` (one turn at
+        a time, HAML of Zhong et al. 2024).
+      order: ``"reverse"`` (last turn first: SeeUPO), ``"forward"``, ``"random"`` or ``"custom"``.
+      custom_order: the turn order (0-based) when ``order="custom"``.
+      m_factor: the sequential weight ``M``: ``"none"`` (the plain advantage), ``"happo"``
+        (``M <- M * pi_new / pi_old`` after each turn), or ``"clipped"`` (each factor and the
+        running product clipped to ``m_clip``, as in the reference code).
+      m_clip: the range of the ``"clipped"`` variant.
+      equal_budget: a sequential update takes as many optimizer steps in total as the
+        simultaneous update would (``epochs * minibatches``), split over the turns.
+    """
+
+    name: str = "custom"
+    advantage: Literal["oracle", "gae", "grae"] = "grae"
+    gae_gamma: float = 1.0
+    gae_lambda: float = 1.0
+    gae_token_level: bool = False
+    group_size: int = 4
+    grae_center: Literal["mean", "loo", "none"] = "mean"
+    grae_scale: Literal["none", "group_std", "batch_std"] = "none"
+    grae_clamp: float | None = None
+    update: Literal["reinforce", "ppo"] = "ppo"
+    ratio_level: Literal["token", "sequence"] = "token"
+    ratio_scope: Literal["turn", "trajectory"] = "turn"
+    length_norm: bool = True
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    epochs: int = 1
+    minibatches: int = 1
+    schedule: Literal["simultaneous", "sequential"] = "simultaneous"
+    order: Literal["reverse", "forward", "random", "custom"] = "reverse"
+    custom_order: tuple[int, ...] | None = None
+    m_factor: Literal["none", "happo", "clipped"] = "happo"
+    m_clip: tuple[float, float] = (0.8, 1.2)
+    equal_budget: bool = False
+
+    def __post_init__(self) -> None:
+        choices = {
+            "advantage": ("oracle", "gae", "grae"),
+            "grae_center": ("mean", "loo", "none"),
+            "grae_scale": ("none", "group_std", "batch_std"),
+            "update": ("reinforce", "ppo"),
+            "ratio_level": ("token", "sequence"),
+            "ratio_scope": ("turn", "trajectory"),
+            "kl_estimator": ("k1", "k3"),
+            "aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
+            "schedule": ("simultaneous", "sequential"),
+            "order": ("reverse", "forward", "random", "custom"),
+            "m_factor": ("none", "happo", "clipped"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"AlgorithmConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.group_size < 2 and self.advantage == "grae":
+            raise ValueError(f"AlgorithmConfig.group_size must be >= 2 for GRAE, got {self.group_size}")
+        if self.epochs < 1 or self.minibatches < 1:
+            raise ValueError("AlgorithmConfig.epochs and minibatches must be >= 1")
+        if self.order == "custom" and self.custom_order is None:
+            raise ValueError("AlgorithmConfig.order='custom' needs custom_order")
+        if not (0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0):
+            raise ValueError("AlgorithmConfig.clip_eps_low must be in [0, 1) and clip_eps_high >= 0")
+
+    def replace(self, **changes: object) -> "AlgorithmConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, AlgorithmConfig] = {
+    # GAE + token-level PPU (Schulman et al. 2017; Ouyang et al. 2022).
+    "ppo": AlgorithmConfig(name="ppo", advantage="gae", gae_token_level=True, update="ppo", ratio_level="token"),
+    # GRAE (group std) + token-level PPU (Shao et al. 2024).
+    "grpo": AlgorithmConfig(name="grpo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="token"),
+    # GRAE + batch z-score + token-level PPU (REINFORCE++ with a group baseline, Hu 2025).
+    "reinforce_pp": AlgorithmConfig(
+        name="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
+    ),
+    # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
+    # mainstream multi-turn trainers (Zheng et al. 2025).
+    "gspo": AlgorithmConfig(
+        name="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
+        ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
+    ),
+    # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
+    "rloo": AlgorithmConfig(name="rloo", advantage="grae", grae_center="loo", update="reinforce"),
+    # GRAE + batch z-score + per-turn sequence-level PPU, turns updated in reverse order with
+    # the HAPPO weight M keyed by trajectory (PAPER.md §4).
+    "seeupo": AlgorithmConfig(
+        name="seeupo", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="sequence",
+        ratio_scope="turn", length_norm=True, aggregation="seq_mean_token_mean", schedule="sequential",
+        order="reverse", m_factor="happo",
+    ),
+}
+
+
+def preset(name: str, **overrides: object) -> AlgorithmConfig:
+    """A named preset, with any field overridden: ``preset("seeupo", order="forward")``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+    return PRESETS[name].replace(**overrides)

@@ -1,0 +1,161 @@
+"""Policy losses: REINFORCE, the PPO-style clipped surrogate (token or sequence ratio), KL.
+
+All functions take per-token tensors ``[n, L]`` aligned with a :class:`SampleBatch`
+and return objectives to **maximise** (the trainer negates the aggregate).
+
+Ratios (PAPER.md §2):
+
+* token level (PPO, GRPO): ``rho_j = pi(y_j | h, y_<j) / pi_old(y_j | h, y_<j)``;
+* sequence level (GSPO, Zheng et al. 2025): ``s = exp(mean_j log rho_j)`` when length
+  normalised, ``exp(sum_j log rho_j) = pi(a|h) / pi_old(a|h)`` otherwise; the sequence is
+  one turn's response (``scope="turn"``) or every assistant token of the trajectory
+  (``scope="trajectory"``, which couples the turns in one ratio).
+
+Clipped surrogate (Schulman et al. 2017): ``min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)``,
+with the dual clip of Ye et al. 2020 (``max(., c * A)`` for ``A < 0``) as an option.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from seeupo.core.batch import SampleBatch, segment_sum
+
+Tensor = torch.Tensor
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+
+
+def sequence_log_ratio(logp_new: Tensor, logp_old: Tensor, mask: Tensor, *, length_norm: bool) -> Tensor:
+    """Per-row ``sum_j (log pi - log pi_old)`` over real tokens, divided by the token count if ``length_norm``."""
+    diff = ((logp_new - logp_old) * mask).sum(1)
+    return diff / mask.sum(1).clamp_min(1) if length_norm else diff
+
+
+def trajectory_log_ratio(
+    logp_new: Tensor, logp_old: Tensor, mask: Tensor, traj_id: Tensor, *, length_norm: bool
+) -> Tensor:
+    """The sequence log-ratio taken over every row of the same trajectory, repeated on each row."""
+    n_traj = int(traj_id.max().item()) + 1
+    total = segment_sum(((logp_new - logp_old) * mask).sum(1), traj_id, n_traj)
+    if length_norm:
+        total = total / segment_sum(mask.sum(1).to(total.dtype), traj_id, n_traj).clamp_min(1)
+    return total[traj_id]
+
+
+def clipped_surrogate(
+    ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float, dual_clip: float | None = None
+) -> Tensor:
+    """``min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``, elementwise (to maximise).
+
+    With ``dual_clip = c > 1``, the objective of a negative advantage is floored at ``c * A``.
+    """
+    obj = torch.minimum(ratio * adv, ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv)
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        obj = torch.where(adv < 0, torch.maximum(obj, dual_clip * adv), obj)
+    return obj
+
+
+def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: Literal["k1", "k3"]) -> Tensor:
+    """Per-token estimate of ``KL(pi || pi_ref)`` from samples of ``pi`` (Schulman 2020).
+
+    ``k1 = log pi - log pi_ref``; ``k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1``
+    (non-negative; verl's ``low_var_kl``).
+    """
+    if estimator == "k1":
+        return logp - logp_ref
+    if estimator == "k3":
+        log_r = logp_ref - logp
+        return torch.exp(log_r) - log_r - 1.0
+    raise ValueError(f"unknown KL estimator {estimator!r}; expected 'k1' or 'k3'")
+
+
+def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation) -> Tensor:
+    """Reduce ``[n, L]`` per-token values to a scalar: a weighted mean per instance, summed over instances.
+
+    * ``token_mean``: every real token of every valid row counts once (times its row weight);
+    * ``seq_mean_token_mean``: mean over tokens within a row, then mean over rows;
+    * ``seq_mean_token_sum``: sum over tokens within a row, then mean over rows.
+
+    Placeholder rows and padding tokens are left out of numerators and denominators.
+    Summing (not averaging) over instances keeps each instance's gradient independent of
+    how many instances share the call.
+    """
+    mask = (batch.token_mask & batch.valid[:, None]).to(values.dtype)
+    w = batch.weight.to(values.dtype) * batch.valid.to(values.dtype)
+    n_inst = batch.num_instances
+    if mode == "token_mean":
+        num = segment_sum((values * mask).sum(1) * w, batch.instance, n_inst)
+        den = segment_sum(mask.sum(1) * w, batch.instance, n_inst)
+    elif mode in ("seq_mean_token_mean", "seq_mean_token_sum"):
+        row = (values * mask).sum(1)
+        if mode == "seq_mean_token_mean":
+            row = row / mask.sum(1).clamp_min(1)
+        num = segment_sum(row * w, batch.instance, n_inst)
+        den = segment_sum(w, batch.instance, n_inst)
+    else:
+        raise ValueError(f"unknown aggregation {mode!r}")
+    return (num / den.clamp_min(torch.finfo(values.dtype).tiny)).sum()
+
+
+def policy_objective(
+    logp_new: Tensor,
+    batch: SampleBatch,
+    adv: Tensor,
+    *,
+    update: Literal["reinforce", "ppo"],
+    ratio_level: Literal["token", "sequence"] = "token",
+    ratio_scope: Literal["turn", "trajectory"] = "turn",
+    length_norm: bool = True,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    aggregation: Aggregation = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """The per-batch policy objective (to maximise) and diagnostics.
+
+    Args:
+      logp_new: ``[n, L]`` differentiable log-probabilities of the batch's tokens under the policy being optimised.
+      batch: the rows; ``batch.logp_old`` is the sampling policy.
+      adv: ``[n, L]`` the advantage (or, in a sequential update, the HAML weight ``M``) per token.
+      update: ``"reinforce"`` gives ``log pi * A`` (its gradient is the policy gradient);
+        ``"ppo"`` gives the clipped surrogate.
+
+    Returns:
+      ``(objective, stats)``; ``stats["clip_frac"]`` is the weighted share of tokens whose ratio was clipped.
+    """
+    mask = batch.token_mask & batch.valid[:, None]
+    if update == "reinforce":
+        obj = logp_new * adv
+        return aggregate(obj, batch, aggregation), {"clip_frac": 0.0}
+    if update != "ppo":
+        raise ValueError(f"unknown update {update!r}; expected 'reinforce' or 'ppo'")
+    if ratio_level == "token":
+        log_ratio = logp_new - batch.logp_old
+        token_adv = adv
+    elif ratio_level == "sequence":
+        if ratio_scope == "turn":
+            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=length_norm)
+        elif ratio_scope == "trajectory":
+            row_log_ratio = trajectory_log_ratio(
+                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=length_norm
+            )
+        else:
+            raise ValueError(f"unknown ratio scope {ratio_scope!r}; expected 'turn' or 'trajectory'")
+        log_ratio = row_log_ratio[:, None].expand_as(logp_new)
+        # one advantage per sequence: the mean of its tokens' advantages
+        row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
+        token_adv = row_adv[:, None].expand_as(adv)
+    else:
+        raise ValueError(f"unknown ratio level {ratio_level!r}; expected 'token' or 'sequence'")
+    # placeholders and padding: ratio 1, no gradient
+    log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
+    ratio = torch.exp(log_ratio)
+    obj = clipped_surrogate(ratio, token_adv, clip_eps_low, clip_eps_high, dual_clip)
+    with torch.no_grad():
+        clipped = ((ratio < 1.0 - clip_eps_low) | (ratio > 1.0 + clip_eps_high)).to(logp_new.dtype)
+        clip_frac = float(aggregate(clipped, batch, "token_mean") / max(batch.num_instances, 1))
+    return aggregate(obj, batch, aggregation), {"clip_frac": clip_frac}

@@ -1,0 +1,276 @@
+"""Batches for the algorithm core: sampled rollouts, and the exact (probability-weighted) batch.
+
+Sampled mode rolls out ``B`` tasks x ``G`` trajectories per instance, as an LLM run does.
+Exact mode enumerates every complete path once, weighted by its probability under the
+sampling policy; the core functions then compute expectations instead of sample means.
+For GRAE, where the advantage of a trajectory depends on its random group-mates, each
+path is further paired with every distinct configuration of the ``G - 1`` group-mates'
+sufficient statistics (their sum, and sum of squares when the group std is used), weighted
+by its exact probability; :func:`group_mate_distribution` computes that distribution.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import AlgorithmConfig
+from seeupo.tabular.exact import evaluate
+from seeupo.tabular.policies import TabularPolicy, token_digits
+from seeupo.tabular.problems import DTYPE, TreeMDP
+
+Tensor = torch.Tensor
+
+
+def _build_batch(
+    problem: TreeMDP,
+    policy: TabularPolicy,
+    hist: Tensor,
+    action: Tensor,
+    alive: Tensor,
+    reward: Tensor,
+    traj_weight: Tensor,
+    traj_group: Tensor,
+    traj_instance: Tensor,
+) -> SampleBatch:
+    """Rows (trajectory-major) from per-turn ``[n_traj, T]`` tables; ``logp_old`` from ``policy``."""
+    n_traj, num_turns = hist.shape
+    discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
+    traj_return = (reward * alive.to(DTYPE) * discount).sum(1)
+    rep = lambda x: x[:, None].expand(n_traj, num_turns).reshape(-1)  # noqa: E731
+    lengths = torch.tensor([length for _, length in problem.tokens])
+    turn = torch.arange(num_turns).repeat(n_traj)
+    token_mask = torch.arange(problem.max_tokens)[None, :] < lengths[turn][:, None]
+    batch = SampleBatch(
+        traj_id=rep(torch.arange(n_traj)),
+        group_id=rep(traj_group),
+        turn=turn,
+        logp_old=torch.zeros(n_traj * num_turns, problem.max_tokens, dtype=DTYPE),
+        token_mask=token_mask,
+        valid=alive.reshape(-1),
+        reward=(reward * alive.to(DTYPE)).reshape(-1),
+        traj_return=rep(traj_return),
+        weight=rep(traj_weight),
+        instance=rep(traj_instance),
+        data={"hist": hist.reshape(-1), "action": action.reshape(-1)},
+    )
+    with torch.no_grad():
+        logp = policy.token_logps(batch)
+    return batch.with_updates(logp_old=logp * token_mask)
+
+
+@torch.no_grad()
+def sample_batch(
+    problem: TreeMDP, policy: TabularPolicy, tasks: int, group_size: int, generator: torch.Generator
+) -> SampleBatch:
+    """Roll out ``tasks`` initial states x ``group_size`` trajectories per instance.
+
+    Trajectories that end early get placeholder rows (``valid=False``) for the later turns.
+    Rewards get Gaussian noise of std ``problem.reward_noise``.
+    """
+    num_inst, num_turns = problem.num_instances, problem.num_turns
+    n_traj = num_inst * tasks * group_size
+    traj_instance = torch.arange(num_inst).repeat_interleave(tasks * group_size)
+    traj_group = torch.arange(num_inst * tasks).repeat_interleave(group_size)
+    s0 = torch.multinomial(problem.initial_state_probs, tasks, replacement=True, generator=generator)  # [I, B]
+    h = s0.reshape(-1).repeat_interleave(group_size)
+    probs = policy.action_probs()
+    hist = torch.zeros(n_traj, num_turns, dtype=torch.long)
+    action = torch.zeros_like(hist)
+    alive = torch.zeros(n_traj, num_turns, dtype=torch.bool)
+    reward = torch.zeros(n_traj, num_turns, dtype=DTYPE)
+    live = torch.ones(n_traj, dtype=torch.bool)
+    for t in range(num_turns):
+        hist[:, t], alive[:, t] = h, live
+        a = torch.multinomial(probs[t][traj_instance, h], 1, generator=generator).squeeze(1)
+        o = torch.multinomial(problem.obs_probs[t][traj_instance, h, a], 1, generator=generator).squeeze(1)
+        r = problem.rewards[t][traj_instance, h, a, o]
+        if problem.reward_noise > 0:
+            r = r + problem.reward_noise * torch.randn(n_traj, generator=generator, dtype=DTYPE)
+        action[:, t], reward[:, t] = torch.where(live, a, 0), torch.where(live, r, 0.0)
+        live = live & ~problem.terminal[t][traj_instance, h, a, o]
+        h = torch.where(alive[:, t], (h * problem.actions_per_turn[t] + a) * problem.obs_per_turn[t] + o, 0)
+    return _build_batch(problem, policy, hist, action, alive, reward, torch.ones(n_traj, dtype=DTYPE), traj_group, traj_instance)
+
+
+@dataclass
+class Paths:
+    """Every complete path of every instance, as ``[I, P, T]`` tables (``P = N_T`` leaves)."""
+
+    hist: Tensor
+    action: Tensor
+    alive: Tensor
+    reward: Tensor
+    prob: Tensor  # [I, P], probability of the path under the policy (0 if unreachable)
+    s0: Tensor  # [P]
+
+
+def enumerate_paths(problem: TreeMDP, probs: list[Tensor]) -> Paths:
+    """All leaves of the history tree with their probabilities under ``probs``.
+
+    A path that ends early is represented by every leaf below its end, each carrying a
+    ``1 / (A_t O_t)`` share of its probability for every dead turn, so the leaf
+    probabilities still sum to 1 and dead turns become placeholders.
+    """
+    num_inst, num_turns = problem.num_instances, problem.num_turns
+    leaves = torch.arange(problem.num_histories(num_turns))
+    sizes = [a * o for a, o in zip(problem.actions_per_turn, problem.obs_per_turn)]
+    hist = torch.zeros(len(leaves), num_turns, dtype=torch.long)
+    action = torch.zeros_like(hist)
+    obs = torch.zeros_like(hist)
+    below = 1
+    for t in reversed(range(num_turns)):
+        hist[:, t] = leaves // (below * sizes[t])
+        ao = (leaves // below) % sizes[t]
+        action[:, t], obs[:, t] = ao // problem.obs_per_turn[t], ao % problem.obs_per_turn[t]
+        below *= sizes[t]
+    s0 = hist[:, 0]
+    inst = torch.arange(num_inst)[:, None]
+    prob = problem.initial_state_probs[:, s0]
+    alive = torch.ones(num_inst, len(leaves), num_turns, dtype=torch.bool)
+    reward = torch.zeros(num_inst, len(leaves), num_turns, dtype=DTYPE)
+    live = torch.ones(num_inst, len(leaves), dtype=torch.bool)
+    for t in range(num_turns):
+        h, a, o = hist[:, t], action[:, t], obs[:, t]
+        alive[:, :, t] = live
+        step = probs[t][inst, h, a] * problem.obs_probs[t][inst, h, a, o]
+        prob = prob * torch.where(live, step, torch.full_like(step, 1.0 / sizes[t]))
+        reward[:, :, t] = torch.where(live, problem.rewards[t][inst, h, a, o], 0.0)
+        live = live & ~problem.terminal[t][inst, h, a, o]
+    expand = lambda x: x[None].expand(num_inst, -1, -1)  # noqa: E731
+    return Paths(expand(hist), torch.where(alive, expand(action), 0), alive, reward, prob, s0)
+
+
+def group_mate_distribution(
+    values: list[float], probs: list[float], num_mates: int, with_squares: bool
+) -> list[tuple[float, float, float]]:
+    """Exact distribution of ``(sum, sum of squares)`` of ``num_mates`` i.i.d. draws.
+
+    ``values`` and ``probs`` give the return distribution of one trajectory from the task.
+    Draws with equal statistics are merged, so the support stays small for discrete rewards.
+    Without ``with_squares`` only the sum is tracked (the sum of squares is reported as 0).
+
+    Returns:
+      ``[(sum, sumsq, probability), ...]``.
+    """
+    state: dict[tuple[float, float], float] = {(0.0, 0.0): 1.0}
+    for _ in range(num_mates):
+        nxt: dict[tuple[float, float], float] = defaultdict(float)
+        for (s, q), p in state.items():
+            for v, pv in zip(values, probs):
+                key = (round(s + v, 12), round(q + v * v, 12) if with_squares else 0.0)
+                nxt[key] += p * pv
+        state = nxt
+    return [(s, q, p) for (s, q), p in state.items()]
+
+
+def exact_batch(
+    problem: TreeMDP,
+    policy: TabularPolicy,
+    cfg: AlgorithmConfig,
+    *,
+    max_rows: int = 2_000_000,
+) -> tuple[SampleBatch, tuple[Tensor, Tensor] | None]:
+    """The exact-mode batch for ``cfg``, and the group statistics GRAE should use.
+
+    Without GRAE (oracle, GAE) every reachable path is one trajectory weighted by its
+    probability. With GRAE every (path, group-mate configuration) pair is one trajectory,
+    weighted by the product of the two probabilities, and the per-trajectory
+    ``(group_sum, group_sumsq)`` include the path's own return.
+    """
+    with torch.no_grad():
+        probs = policy.action_probs()
+    paths = enumerate_paths(problem, probs)
+    num_inst, num_paths, num_turns = paths.hist.shape
+    discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
+    returns = (paths.reward * discount).sum(-1)  # [I, P]
+
+    inst_idx, path_idx, weights, g_sum, g_sumsq = [], [], [], [], []
+    for i in range(num_inst):
+        reachable = paths.prob[i] > 0
+        if cfg.advantage != "grae":
+            idx = reachable.nonzero().squeeze(1)
+            inst_idx.append(torch.full_like(idx, i))
+            path_idx.append(idx)
+            weights.append(paths.prob[i, idx])
+            continue
+        for s in range(problem.num_initial_states):
+            idx = (reachable & (paths.s0 == s)).nonzero().squeeze(1)
+            if idx.numel() == 0:
+                continue
+            p_s = paths.prob[i, idx] / paths.prob[i, idx].sum()
+            dist: dict[float, float] = defaultdict(float)
+            for r, p in zip(returns[i, idx].tolist(), p_s.tolist()):
+                dist[round(r, 12)] += p
+            mates = group_mate_distribution(
+                list(dist), list(dist.values()), cfg.group_size - 1, cfg.grae_scale == "group_std"
+            )
+            rows = idx.numel() * len(mates) * num_turns
+            if rows > max_rows:
+                raise ValueError(
+                    f"the exact GRAE batch would need {rows} rows (> max_rows={max_rows}); use reward levels, "
+                    "a smaller group or problem, or the sampled mode"
+                )
+            m_sum = torch.tensor([m[0] for m in mates], dtype=DTYPE)
+            m_sq = torch.tensor([m[1] for m in mates], dtype=DTYPE)
+            m_p = torch.tensor([m[2] for m in mates], dtype=DTYPE)
+            inst_idx.append(torch.full((idx.numel() * len(mates),), i))
+            path_idx.append(idx.repeat_interleave(len(mates)))
+            weights.append((paths.prob[i, idx][:, None] * m_p[None, :]).reshape(-1))
+            own = returns[i, idx][:, None]
+            g_sum.append((own + m_sum[None, :]).reshape(-1))
+            g_sumsq.append((own**2 + m_sq[None, :]).reshape(-1))
+
+    inst = torch.cat(inst_idx)
+    path = torch.cat(path_idx)
+    traj_group = torch.arange(inst.numel())  # each trajectory carries its own group statistics
+    batch = _build_batch(
+        problem,
+        policy,
+        paths.hist[inst, path],
+        paths.action[inst, path],
+        paths.alive[inst, path],
+        paths.reward[inst, path],
+        torch.cat(weights),
+        traj_group,
+        inst,
+    )
+    stats = (torch.cat(g_sum), torch.cat(g_sumsq)) if cfg.advantage == "grae" else None
+    return batch, stats
+
+
+def critic_values(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch) -> Tensor:
+    """Exact ``[n, L]`` values of the state before each token under ``policy`` (a perfect critic).
+
+    Before token ``j`` of the turn-``t`` action the state is ``(h_t, y_<j)`` and its value is
+    ``E[Q_t(h_t, a) | y_<j]``; before token 0 it is ``V_t(h_t)``.
+    """
+    with torch.no_grad():
+        probs = policy.action_probs()
+        ev = evaluate(problem, probs)
+    out = torch.zeros(batch.num_rows, problem.max_tokens, dtype=DTYPE)
+    hist, action = batch.data["hist"], batch.data["action"]
+    for t, (vocab, length) in enumerate(problem.tokens):
+        rows = (batch.turn == t).nonzero().squeeze(1)
+        prefix, _ = token_digits(action[rows], vocab, length)
+        pq = probs[t] * ev.Q[t]  # [I, N, A]
+        for j in range(length):
+            # group actions by their first j tokens: [I, N, V^j, V^(L-j)]
+            shape = (*pq.shape[:2], vocab**j, vocab ** (length - j))
+            value = pq.reshape(shape).sum(-1) / probs[t].reshape(shape).sum(-1).clamp_min(1e-300)
+            out[rows, j] = value[batch.instance[rows], hist[rows], prefix[:, j]]
+    return out * batch.token_mask
+
+
+def oracle_advantages(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch) -> Tensor:
+    """Exact ``A_t(h_t, a_t)`` of the sampling policy, broadcast over the row's tokens."""
+    with torch.no_grad():
+        ev = evaluate(problem, policy.action_probs())
+    adv = torch.zeros(batch.num_rows, dtype=DTYPE)
+    for t, a_t in enumerate(ev.A):
+        rows = batch.turn == t
+        adv[rows] = a_t[batch.instance[rows], batch.data["hist"][rows], batch.data["action"][rows]]
+    return adv[:, None] * batch.token_mask

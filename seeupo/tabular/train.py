@@ -1,0 +1,184 @@
+"""Training loops on tabular problems, in sampled or exact mode, through the algorithm core.
+
+``run`` is the whole loop: build the batch (sampled rollouts or the exact weighted
+batch), compute advantages with :func:`seeupo.core.compute_advantages`, update with
+:func:`seeupo.core.policy_update` (or the closed-form KL mirror step), and record the
+exact ``J`` of every instance after every iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import torch
+
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import AlgorithmConfig
+from seeupo.core.update import compute_advantages, policy_update, sequential_sweep
+from seeupo.tabular.exact import evaluate, kl_divergence, optimal
+from seeupo.tabular.policies import TabularPolicy
+from seeupo.tabular.problems import DTYPE, TreeMDP
+from seeupo.tabular.rollout import critic_values, exact_batch, oracle_advantages, sample_batch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How a tabular run is driven (the algorithm itself is an :class:`AlgorithmConfig`).
+
+    mode: ``"exact"`` (every path weighted by its probability, GRAE's group-mates by their exact
+      distribution) or ``"sampled"`` (``tasks`` x ``group_size`` rollouts per instance).
+    update: ``"gradient"`` (optimizer steps on the surrogate, as an LLM run) or ``"mirror"`` (the
+      closed-form KL mirror step ``pi_new ∝ pi_old * exp(M / beta)`` per history, independent
+      parameters only; ``beta = 0`` is the exact argmax step).
+    iterations: outer iterations (new batch each).
+    tasks: initial states sampled per instance and iteration (sampled mode).
+    optimizer, lr: ``"adam"`` or ``"sgd"`` and its step size.
+    reset_optimizer: a fresh optimizer state every iteration (each update starts at ``pi_old``).
+    mirror_beta: the KL coefficient of the mirror step.
+    parameterization, feature_dim, init_scale: the policy (see :class:`TabularPolicy`).
+    seed: seeds the policy initialisation, rollouts and orders.
+    """
+
+    mode: Literal["exact", "sampled"] = "exact"
+    update: Literal["gradient", "mirror"] = "gradient"
+    iterations: int = 20
+    tasks: int = 8
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = 0.1
+    reset_optimizer: bool = True
+    mirror_beta: float = 0.0
+    parameterization: Literal["independent", "shared"] = "independent"
+    feature_dim: int = 4
+    init_scale: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class History:
+    """Per-iteration exact measurements, each ``[iterations + 1, I]`` (row 0 is the initial policy)."""
+
+    J: Tensor
+    J_star: Tensor
+    kl: Tensor  # [iterations, I], KL(pi_k+1 || pi_k) under d_{pi_k+1}
+    policy: TabularPolicy
+    extra: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> Tensor:
+        return self.J_star[None, :] - self.J
+
+    def violations(self, tol: float = 1e-9) -> Tensor:
+        """``[iterations, I]`` size of each decrease of ``J`` larger than ``tol`` (0 where none)."""
+        drop = self.J[:-1] - self.J[1:]
+        return torch.where(drop > tol, drop, torch.zeros_like(drop))
+
+
+def make_optimizer(params, run: RunConfig) -> torch.optim.Optimizer:
+    if run.optimizer == "adam":
+        return torch.optim.Adam(params, lr=run.lr)
+    if run.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=run.lr)
+    raise ValueError(f"unknown optimizer {run.optimizer!r}; expected 'adam' or 'sgd'")
+
+
+def build_batch(
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, run: RunConfig, generator: torch.Generator
+) -> tuple[SampleBatch, Tensor]:
+    """The iteration's batch and its per-token advantages, in ``run.mode``."""
+    if run.mode == "exact":
+        batch, group_stats = exact_batch(problem, policy, cfg)
+    elif run.mode == "sampled":
+        batch, group_stats = sample_batch(problem, policy, run.tasks, cfg.group_size, generator), None
+    else:
+        raise ValueError(f"unknown mode {run.mode!r}; expected 'exact' or 'sampled'")
+    critic = critic_values(problem, policy, batch) if cfg.advantage == "gae" else None
+    oracle = oracle_advantages(problem, policy, batch) if cfg.advantage == "oracle" else None
+    adv = compute_advantages(batch, cfg, critic_values=critic, oracle=oracle, group_stats=group_stats)
+    return batch, adv
+
+
+@torch.no_grad()
+def mirror_step(
+    policy: TabularPolicy, batch: SampleBatch, advantages: Tensor, cfg: AlgorithmConfig, beta: float,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Closed-form KL mirror step per history, through the same sweep as the gradient update.
+
+    For each updated turn the estimated action value is ``Qhat(h, a) = sum w M / sum w`` over
+    the rows at ``(h, a)`` (``w`` the row weights, ``M`` the advantage or HAML weight), and
+    ``pi_new(.|h) ∝ pi_old(.|h) exp(Qhat(h, .) / beta)``; ``beta = 0`` puts all mass on the
+    best sampled action. Histories without rows keep their policy. A simultaneous schedule
+    updates every turn with ``M = A``.
+    """
+    old = policy.action_probs()
+    new = [p.clone() for p in old]
+
+    def update_turn(rows: Tensor, m: Tensor) -> None:
+        sub = batch.select(rows)
+        t = int(sub.turn[0])
+        num_inst, num_hist, num_act = new[t].shape
+        key = (sub.instance * num_hist + sub.data["hist"]) * num_act + sub.data["action"]
+        w = sub.weight * sub.valid.to(DTYPE)
+        row_m = (m * sub.token_mask).sum(1) / sub.token_mask.sum(1)
+        num = torch.zeros(num_inst * num_hist * num_act, dtype=DTYPE).index_add_(0, key, w * row_m)
+        den = torch.zeros_like(num).index_add_(0, key, w)
+        seen = (den > 0).reshape(num_inst, num_hist, num_act)
+        qhat = (num / den.clamp_min(1e-300)).reshape(seen.shape)
+        has_data = seen.any(-1, keepdim=True)
+        if beta > 0:
+            logits = old[t].clamp_min(1e-300).log() + torch.where(seen, qhat, 0.0) / beta
+            target = torch.softmax(logits, -1)
+        else:
+            best = torch.where(seen, qhat, torch.full_like(qhat, -torch.inf)).argmax(-1)
+            target = torch.nn.functional.one_hot(best, num_act).to(DTYPE)
+        new[t] = torch.where(has_data, target, old[t])
+        policy.set_action_probs(new)
+
+    if cfg.schedule == "simultaneous":
+        for t in range(int(batch.turn.max()) + 1):
+            update_turn(batch.turn == t, advantages[batch.turn == t])
+    else:
+        sequential_sweep(policy, batch, advantages, cfg, update_turn, generator)
+
+
+def run(
+    problem: TreeMDP,
+    cfg: AlgorithmConfig,
+    run_cfg: RunConfig = RunConfig(),
+    *,
+    policy: TabularPolicy | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> History:
+    """Train a policy on every instance of ``problem`` and record the exact ``J`` after each iteration."""
+    gen = torch.Generator().manual_seed(run_cfg.seed)
+    if policy is None:
+        policy = TabularPolicy(
+            problem, run_cfg.parameterization, feature_dim=run_cfg.feature_dim, init_scale=run_cfg.init_scale,
+            generator=torch.Generator().manual_seed(run_cfg.seed),
+        )
+    if run_cfg.update == "mirror" and policy.parameterization != "independent":
+        raise ValueError("the closed-form mirror step needs independent parameters")
+    j_star = optimal(problem).J
+    with torch.no_grad():
+        probs = policy.action_probs()
+    js, kls = [evaluate(problem, probs).J], []
+    optimizer = make_optimizer(policy.parameters(), run_cfg)
+    for k in range(run_cfg.iterations):
+        batch, adv = build_batch(problem, policy, cfg, run_cfg, gen)
+        if run_cfg.update == "mirror":
+            mirror_step(policy, batch, adv, cfg, run_cfg.mirror_beta, gen)
+        else:
+            if run_cfg.reset_optimizer and k > 0:
+                optimizer = make_optimizer(policy.parameters(), run_cfg)
+            policy_update(policy, optimizer, batch, adv, cfg, generator=gen)
+        with torch.no_grad():
+            new_probs = policy.action_probs()
+        js.append(evaluate(problem, new_probs).J)
+        kls.append(kl_divergence(problem, new_probs, probs))
+        probs = new_probs
+        if progress is not None:
+            progress(k + 1)
+    return History(torch.stack(js), j_star, torch.stack(kls) if kls else torch.zeros(0, problem.num_instances), policy)
