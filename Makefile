@@ -1,0 +1,40 @@
+# Two set-up commands: `make verify` (the main job) and `make test` (the test suite).
+# Each creates the virtual environment .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+# torch first and pinned, so that pip does not pull a multi-GB CUDA build on CPU machines.
+TORCH_SPEC ?= torch==2.13.0
+BIN = $(VENV)/bin
+
+.PHONY: verify verify-quick test test-slow test-thorough benchmark clean
+
+$(BIN)/seeupo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(BIN)/seeupo
+
+verify: $(BIN)/seeupo
+	$(BIN)/seeupo verify
+
+verify-quick: $(BIN)/seeupo
+	$(BIN)/seeupo verify --quick
+
+test: $(BIN)/seeupo
+	$(BIN)/python -m pytest -q
+
+# the tests marked slow (excluded from `make test`)
+test-slow: $(BIN)/seeupo
+	$(BIN)/python -m pytest -q -m slow
+
+# property tests with many more hypothesis examples
+test-thorough: $(BIN)/seeupo
+	SEEUPO_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q -m "slow or not slow" tests/properties
+
+benchmark: $(BIN)/seeupo
+	$(BIN)/python benchmarks/exact_batched.py
+	$(BIN)/python benchmarks/verify_time.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .hypothesis

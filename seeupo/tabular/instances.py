@@ -1,0 +1,215 @@
+"""The instance file format (JSON) for tabular problems and policies, with strict validation.
+
+Sequential bandit (the paper's model)::
+
+    {"kind": "sequential_bandit",
+     "initial_state_probs": [p_1, ..., p_S0],           # sums to 1
+     "actions_per_turn": [A_1, ..., A_T],
+     "rewards": <nested list of shape S0 x A_1 x ... x A_T>,
+     "tokens": {"vocab_size": V, "length": L},          # optional: every A_t = V**L
+     "reward_noise": 0.0}                               # optional: reward noise std (sampled mode)
+
+Tree MDP (flat history index ``h_{t+1} = (h_t * A_t + a_t) * O_t + o_t``, ``h_0 = s0``; turn
+``t`` has ``N_t = S0 * prod_{k<t} A_k O_k`` histories)::
+
+    {"kind": "tree_mdp",
+     "initial_state_probs": [...],
+     "actions_per_turn": [A_1, ..., A_T],
+     "observations_per_turn": [O_1, ..., O_T],
+     "observation_probs": [<N_t x A_t x O_t>, ...],     # one per turn, rows sum to 1
+     "rewards": [<N_t x A_t x O_t>, ...],
+     "terminal": [<N_t x A_t x O_t booleans>, ...],     # the last turn must be all true
+     "gamma": 1.0, "tokens": ..., "reward_noise": ...}  # optional
+
+Policy file (for ``seeupo exact --policy``)::
+
+    {"action_probs": [<N_t x A_t>, ...]}                # one per turn, rows sum to 1
+
+Every problem raises :class:`InstanceError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
+
+Tensor = torch.Tensor
+KINDS = ("sequential_bandit", "tree_mdp")
+
+
+class InstanceError(ValueError):
+    """A malformed instance or policy file; ``str(err)`` is one line naming the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"field '{field}': {message}")
+        self.field = field
+
+
+def _array(data: dict[str, Any], field: str, shape: tuple[int, ...] | None = None, *, dtype=float) -> np.ndarray:
+    if field not in data:
+        raise InstanceError(field, "missing")
+    try:
+        arr = np.asarray(data[field], dtype=dtype)
+    except (ValueError, TypeError):
+        raise InstanceError(field, "must be a rectangular nested list of numbers") from None
+    if shape is not None and arr.shape != shape:
+        raise InstanceError(field, f"expected shape {list(shape)}, got {list(arr.shape)}")
+    if dtype is float and not np.isfinite(arr).all():
+        raise InstanceError(field, "contains NaN or infinite values")
+    return arr
+
+
+def _probabilities(arr: np.ndarray, field: str) -> None:
+    if (arr < 0).any():
+        raise InstanceError(field, "probabilities must be non-negative")
+    sums = arr.sum(-1)
+    if not np.allclose(sums, 1.0, atol=1e-6):
+        raise InstanceError(field, f"probabilities must sum to 1 (found a sum of {float(sums.flat[np.argmax(np.abs(sums - 1))]):.6g})")
+
+
+def _positive_ints(data: dict[str, Any], field: str, length: int | None = None) -> tuple[int, ...]:
+    value = data.get(field)
+    if not isinstance(value, list) or not value or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value):
+        raise InstanceError(field, "must be a non-empty list of positive integers")
+    if length is not None and len(value) != length:
+        raise InstanceError(field, f"expected {length} entries, got {len(value)}")
+    return tuple(value)
+
+
+def _tokens(data: dict[str, Any], actions: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+    if "tokens" not in data:
+        return None
+    spec = data["tokens"]
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), int) and spec[k] >= 1 for k in ("vocab_size", "length")):
+        raise InstanceError("tokens", 'must be {"vocab_size": V, "length": L} with positive integers')
+    v, length = spec["vocab_size"], spec["length"]
+    if any(a != v**length for a in actions):
+        raise InstanceError("tokens", f"{length} tokens from a vocabulary of {v} spell {v**length} actions; every actions_per_turn entry must equal it")
+    return tuple((v, length) for _ in actions)
+
+
+def _scalar(data: dict[str, Any], field: str, default: float, low: float, high: float) -> float:
+    value = data.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise InstanceError(field, f"must be a number in [{low}, {high}]")
+    return float(value)
+
+
+def problem_from_dict(data: Any) -> TreeMDP:
+    """Validate a parsed instance file and build the (single-instance) problem."""
+    if not isinstance(data, dict):
+        raise InstanceError("kind", "the file must hold a JSON object")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise InstanceError("kind", f"unknown kind {kind!r}; expected one of {list(KINDS)}")
+    rho = _array(data, "initial_state_probs")
+    if rho.ndim != 1 or rho.size == 0:
+        raise InstanceError("initial_state_probs", "must be a non-empty flat list")
+    _probabilities(rho, "initial_state_probs")
+    actions = _positive_ints(data, "actions_per_turn")
+    tokens = _tokens(data, actions)
+    noise = _scalar(data, "reward_noise", 0.0, 0.0, math.inf)
+    if kind == "sequential_bandit":
+        rewards = _array(data, "rewards", (rho.size, *actions))
+        return sequential_bandit(torch.tensor(rho, dtype=DTYPE), actions, torch.tensor(rewards, dtype=DTYPE), tokens=tokens, reward_noise=noise)
+
+    obs = _positive_ints(data, "observations_per_turn", len(actions))
+    gamma = _scalar(data, "gamma", 1.0, 0.0, 1.0)
+    tables: dict[str, list[Tensor]] = {}
+    for field in ("observation_probs", "rewards", "terminal"):
+        per_turn = data.get(field)
+        if not isinstance(per_turn, list) or len(per_turn) != len(actions):
+            raise InstanceError(field, f"must be a list with one table per turn ({len(actions)})")
+        tables[field] = []
+        n = rho.size
+        for t, (a, o) in enumerate(zip(actions, obs)):
+            name = f"{field}[{t}]"
+            if field == "terminal":
+                arr = _array({name: per_turn[t]}, name, (n, a, o), dtype=object)
+                if not all(isinstance(x, bool) for x in arr.flat):
+                    raise InstanceError(name, "must hold booleans")
+                arr = arr.astype(bool)
+                if t == len(actions) - 1 and not arr.all():
+                    raise InstanceError(name, "every episode must end at the last turn (all true)")
+                tables[field].append(torch.tensor(arr)[None])
+            else:
+                arr = _array({name: per_turn[t]}, name, (n, a, o))
+                if field == "observation_probs":
+                    _probabilities(arr, name)
+                tables[field].append(torch.tensor(arr, dtype=DTYPE)[None])
+            n *= a * o
+    return TreeMDP(
+        torch.tensor(rho, dtype=DTYPE)[None], actions, obs, tables["observation_probs"], tables["rewards"],
+        tables["terminal"], gamma, tokens, noise,
+    )
+
+
+def _read_json(path: str | Path) -> Any:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise InstanceError("file", f"cannot read {path}: {err.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InstanceError("file", f"{path} is not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
+def load_problem(path: str | Path) -> TreeMDP:
+    """Read and validate an instance file."""
+    return problem_from_dict(_read_json(path))
+
+
+def problem_to_dict(problem: TreeMDP, instance: int = 0) -> dict[str, Any]:
+    """One instance as a JSON-ready dict (``sequential_bandit`` when it is one, else ``tree_mdp``)."""
+    p = problem.instance(instance)
+    out: dict[str, Any] = {"initial_state_probs": p.initial_state_probs[0].tolist(), "actions_per_turn": list(p.actions_per_turn)}
+    is_bandit = (
+        all(o == 1 for o in p.obs_per_turn)
+        and all(not bool(x.any()) for x in p.terminal[:-1])
+        and all(not bool(x.any()) for x in p.rewards[:-1])
+        and p.gamma == 1.0
+    )
+    if is_bandit:
+        out["kind"] = "sequential_bandit"
+        out["rewards"] = p.rewards[-1][0].reshape(p.num_initial_states, *p.actions_per_turn).tolist()
+    else:
+        out["kind"] = "tree_mdp"
+        out["observations_per_turn"] = list(p.obs_per_turn)
+        out["observation_probs"] = [x[0].tolist() for x in p.obs_probs]
+        out["rewards"] = [x[0].tolist() for x in p.rewards]
+        out["terminal"] = [x[0].tolist() for x in p.terminal]
+        out["gamma"] = p.gamma
+    vocab, length = p.tokens[0]
+    if length > 1:
+        out["tokens"] = {"vocab_size": vocab, "length": length}
+    if p.reward_noise:
+        out["reward_noise"] = p.reward_noise
+    return out
+
+
+def policy_from_dict(data: Any, problem: TreeMDP) -> list[Tensor]:
+    """Validate a policy file against ``problem`` (one instance); per turn ``[1, N_t, A_t]``."""
+    if not isinstance(data, dict) or not isinstance(data.get("action_probs"), list):
+        raise InstanceError("action_probs", "the policy file must hold {\"action_probs\": [<N_t x A_t>, ...]}")
+    tables = data["action_probs"]
+    if len(tables) != problem.num_turns:
+        raise InstanceError("action_probs", f"expected one table per turn ({problem.num_turns}), got {len(tables)}")
+    out = []
+    for t, a in enumerate(problem.actions_per_turn):
+        name = f"action_probs[{t}]"
+        arr = _array({name: tables[t]}, name, (problem.num_histories(t), a))
+        _probabilities(arr, name)
+        out.append(torch.tensor(arr, dtype=DTYPE)[None])
+    return out
+
+
+def load_policy(path: str | Path, problem: TreeMDP) -> list[Tensor]:
+    return policy_from_dict(_read_json(path), problem)
