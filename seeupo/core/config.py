@@ -53,8 +53,15 @@ class AlgorithmConfig:
         (``M <- M * pi_new / pi_old`` after each turn), or ``"clipped"`` (each factor and the
         running product clipped to ``m_clip``, as in the reference code).
       m_clip: the range of the ``"clipped"`` variant.
+      m_alignment: ``"trajectory"`` (``M`` keyed by trajectory id: correct) or ``"shuffled"``,
+        which reproduces the reference code's defect (PAPER.md §5): ``M`` is positional while
+        each turn batch is re-ordered, so every trajectory receives the factor of a random
+        other trajectory. For ablations only.
       equal_budget: a sequential update takes as many optimizer steps in total as the
-        simultaneous update would (``epochs * minibatches``), split over the turns.
+        simultaneous update would (``epochs * minibatches``), split evenly over the ``T`` turns:
+        each turn takes ``b = max(1, epochs * minibatches // T)`` steps as ``min(minibatches, b)``
+        minibatches (every trajectory seen) for ``b // min(minibatches, b)`` epochs. When
+        ``epochs * minibatches < T`` every turn still takes one step.
     """
 
     name: str = "custom"
@@ -83,6 +90,7 @@ class AlgorithmConfig:
     custom_order: tuple[int, ...] | None = None
     m_factor: Literal["none", "happo", "clipped"] = "happo"
     m_clip: tuple[float, float] = (0.8, 1.2)
+    m_alignment: Literal["trajectory", "shuffled"] = "trajectory"
     equal_budget: bool = False
 
     def __post_init__(self) -> None:
@@ -98,6 +106,7 @@ class AlgorithmConfig:
             "schedule": ("simultaneous", "sequential"),
             "order": ("reverse", "forward", "random", "custom"),
             "m_factor": ("none", "happo", "clipped"),
+            "m_alignment": ("trajectory", "shuffled"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -108,6 +117,18 @@ class AlgorithmConfig:
             raise ValueError("AlgorithmConfig.epochs and minibatches must be >= 1")
         if self.order == "custom" and self.custom_order is None:
             raise ValueError("AlgorithmConfig.order='custom' needs custom_order")
+        if self.custom_order is not None and sorted(self.custom_order) != list(range(len(self.custom_order))):
+            raise ValueError(f"AlgorithmConfig.custom_order={self.custom_order} must be a permutation of 0..T-1")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"AlgorithmConfig.dual_clip must be > 1, got {self.dual_clip}")
+        if not 0.0 < self.m_clip[0] <= 1.0 <= self.m_clip[1]:
+            raise ValueError(f"AlgorithmConfig.m_clip must satisfy 0 < low <= 1 <= high, got {self.m_clip}")
+        if self.kl_coef < 0.0:
+            raise ValueError(f"AlgorithmConfig.kl_coef must be >= 0, got {self.kl_coef}")
+        if not (0.0 <= self.gae_gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
+            raise ValueError("AlgorithmConfig.gae_gamma and gae_lambda must lie in [0, 1]")
+        if self.grae_clamp is not None and self.grae_clamp <= 0.0:
+            raise ValueError(f"AlgorithmConfig.grae_clamp must be > 0, got {self.grae_clamp}")
         if not (0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0):
             raise ValueError("AlgorithmConfig.clip_eps_low must be in [0, 1) and clip_eps_high >= 0")
 

@@ -29,7 +29,7 @@ Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 
 def sequence_log_ratio(logp_new: Tensor, logp_old: Tensor, mask: Tensor, *, length_norm: bool) -> Tensor:
     """Per-row ``sum_j (log pi - log pi_old)`` over real tokens, divided by the token count if ``length_norm``."""
-    diff = ((logp_new - logp_old) * mask).sum(1)
+    diff = torch.where(mask, logp_new - logp_old, 0.0).sum(1)
     return diff / mask.sum(1).clamp_min(1) if length_norm else diff
 
 
@@ -38,7 +38,7 @@ def trajectory_log_ratio(
 ) -> Tensor:
     """The sequence log-ratio taken over every row of the same trajectory, repeated on each row."""
     n_traj = int(traj_id.max().item()) + 1
-    total = segment_sum(((logp_new - logp_old) * mask).sum(1), traj_id, n_traj)
+    total = segment_sum(torch.where(mask, logp_new - logp_old, 0.0).sum(1), traj_id, n_traj)
     if length_norm:
         total = total / segment_sum(mask.sum(1).to(total.dtype), traj_id, n_traj).clamp_min(1)
     return total[traj_id]
@@ -84,14 +84,15 @@ def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation) -> Tensor:
     Summing (not averaging) over instances keeps each instance's gradient independent of
     how many instances share the call.
     """
-    mask = (batch.token_mask & batch.valid[:, None]).to(values.dtype)
+    real = batch.token_mask & batch.valid[:, None]
+    mask = real.to(values.dtype)
     w = batch.weight.to(values.dtype) * batch.valid.to(values.dtype)
     n_inst = batch.num_instances
+    row = torch.where(real, values, 0.0).sum(1)  # padding may hold anything, even -inf
     if mode == "token_mean":
-        num = segment_sum((values * mask).sum(1) * w, batch.instance, n_inst)
+        num = segment_sum(row * w, batch.instance, n_inst)
         den = segment_sum(mask.sum(1) * w, batch.instance, n_inst)
     elif mode in ("seq_mean_token_mean", "seq_mean_token_sum"):
-        row = (values * mask).sum(1)
         if mode == "seq_mean_token_mean":
             row = row / mask.sum(1).clamp_min(1)
         num = segment_sum(row * w, batch.instance, n_inst)

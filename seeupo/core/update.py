@@ -81,23 +81,24 @@ def turn_order(cfg: AlgorithmConfig, num_turns: int, generator: torch.Generator 
 
 
 def minibatch_plan(
-    batch: SampleBatch, epochs: int, minibatches: int, max_steps: int | None, generator: torch.Generator | None
+    batch: SampleBatch, epochs: int, minibatches: int, generator: torch.Generator | None
 ) -> list[Tensor]:
     """Row masks of the optimizer steps: ``epochs`` shuffled passes of ``minibatches`` parts.
 
     Minibatches split whole trajectories, never a trajectory's rows, so a trajectory-level
-    ratio always sees all of its turns. ``max_steps`` truncates the plan (equal budget).
+    ratio always sees all of its turns; there are never more minibatches than trajectories
+    (no empty steps).
     """
     n_traj = batch.num_trajectories
     present = torch.unique(batch.traj_id)
     plan: list[Tensor] = []
     for _ in range(epochs):
         perm = present[torch.randperm(present.numel(), generator=generator)]
-        for part in perm.tensor_split(minibatches):
+        for part in perm.tensor_split(min(minibatches, present.numel())):
             member = torch.zeros(n_traj, dtype=torch.bool)
             member[part] = True
             plan.append(member[batch.traj_id])
-    return plan[:max_steps] if max_steps is not None else plan
+    return plan
 
 
 @dataclass
@@ -147,6 +148,16 @@ def _optimizer_step(
     stats.clip_frac.append(info["clip_frac"])
 
 
+def _shuffle_within(segment: Tensor, generator: torch.Generator | None) -> Tensor:
+    """A permutation of the rows that only exchanges rows of the same segment (instance)."""
+    noise = torch.rand(segment.numel(), generator=generator, dtype=torch.float64)
+    by_segment = torch.argsort(segment, stable=True)
+    shuffled = torch.argsort(segment.to(torch.float64) + noise)
+    perm = torch.empty_like(by_segment)
+    perm[by_segment] = shuffled
+    return perm
+
+
 def sequential_sweep(
     policy: Policy,
     batch: SampleBatch,
@@ -172,17 +183,20 @@ def sequential_sweep(
     for t in order:
         turn_rows = batch.turn == t
         turn_traj = batch.traj_id[turn_rows]
-        update_turn(turn_rows, advantages[turn_rows] * factor[turn_traj][:, None])
+        turn_factor = factor[turn_traj]
+        if cfg.m_alignment == "shuffled":  # the reference code's defect, for ablations
+            turn_factor = turn_factor[_shuffle_within(batch.instance[turn_rows], generator)]
+        update_turn(turn_rows, advantages[turn_rows] * turn_factor[:, None])
         if cfg.m_factor == "none":
             continue
         with torch.no_grad():
             turn_batch = batch.select(turn_rows)
             mask = turn_batch.token_mask & turn_batch.valid[:, None]
             log_ratio = sequence_log_ratio(policy.token_logps(turn_batch), turn_batch.logp_old, mask, length_norm=False)
-            turn_factor = torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
+            ratio = torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
             if cfg.m_factor == "clipped":
-                turn_factor = turn_factor.clamp(*cfg.m_clip)
-            factor[turn_traj] = factor[turn_traj] * turn_factor
+                ratio = ratio.clamp(*cfg.m_clip)
+            factor[turn_traj] = factor[turn_traj] * ratio
             if cfg.m_factor == "clipped":
                 factor = factor.clamp(*cfg.m_clip)
     return order, factor
@@ -207,19 +221,22 @@ def policy_update(
     """
     stats = UpdateStats()
 
-    def steps_on(rows: Tensor, weight: Tensor, max_steps: int | None) -> None:
+    def steps_on(rows: Tensor, weight: Tensor, epochs: int, minibatches: int) -> None:
         sub = batch.select(rows)
         sub_ref = logp_ref[rows] if logp_ref is not None else None
-        for part in minibatch_plan(sub, cfg.epochs, cfg.minibatches, max_steps, generator):
+        for part in minibatch_plan(sub, epochs, minibatches, generator):
             ref = sub_ref[part] if sub_ref is not None else None
             _optimizer_step(policy, optimizer, sub.select(part), weight[part], cfg, ref, stats)
 
     if cfg.schedule == "simultaneous":
-        steps_on(torch.ones(batch.num_rows, dtype=torch.bool), advantages, None)
+        steps_on(torch.ones(batch.num_rows, dtype=torch.bool), advantages, cfg.epochs, cfg.minibatches)
         return stats
-    num_turns = int(batch.turn.max().item()) + 1
-    max_steps = max(1, (cfg.epochs * cfg.minibatches) // num_turns) if cfg.equal_budget else None
+    epochs, minibatches = cfg.epochs, cfg.minibatches
+    if cfg.equal_budget:
+        budget = max(1, (cfg.epochs * cfg.minibatches) // (int(batch.turn.max().item()) + 1))
+        minibatches = min(cfg.minibatches, budget)
+        epochs = budget // minibatches
     stats.turn_order, stats.m_final = sequential_sweep(
-        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, max_steps), generator
+        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator
     )
     return stats

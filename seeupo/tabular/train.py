@@ -144,6 +144,67 @@ def mirror_step(
         sequential_sweep(policy, batch, advantages, cfg, update_turn, generator)
 
 
+Step = Callable[[TreeMDP, TabularPolicy], None]
+"""One iteration of an algorithm: improve ``policy`` on ``problem`` in place."""
+
+
+class AlgorithmStep:
+    """One iteration of ``cfg`` driven by ``run_cfg``: batch, advantages, then the update.
+
+    Keeps the generator (and, unless ``run_cfg.reset_optimizer``, the optimizer state)
+    across calls, as a training loop does.
+    """
+
+    def __init__(self, cfg: AlgorithmConfig, run_cfg: RunConfig = RunConfig()) -> None:
+        self.cfg, self.run_cfg = cfg, run_cfg
+        self.generator = torch.Generator().manual_seed(run_cfg.seed)
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    def __call__(self, problem: TreeMDP, policy: TabularPolicy) -> None:
+        batch, adv = build_batch(problem, policy, self.cfg, self.run_cfg, self.generator)
+        if self.run_cfg.update == "mirror":
+            if policy.parameterization != "independent":
+                raise ValueError("the closed-form mirror step needs independent parameters")
+            mirror_step(policy, batch, adv, self.cfg, self.run_cfg.mirror_beta, self.generator)
+            return
+        if self.optimizer is None or self.run_cfg.reset_optimizer:
+            self.optimizer = make_optimizer(policy.parameters(), self.run_cfg)
+        policy_update(policy, self.optimizer, batch, adv, self.cfg, generator=self.generator)
+
+
+def track(
+    problem: TreeMDP,
+    step: Step,
+    policy: TabularPolicy,
+    iterations: int,
+    progress: Callable[[int], None] | None = None,
+) -> History:
+    """Apply ``step`` ``iterations`` times and record the exact ``J`` and KL after each."""
+    j_star = optimal(problem).J
+    with torch.no_grad():
+        probs = policy.action_probs()
+    js, kls = [evaluate(problem, probs).J], []
+    for k in range(iterations):
+        step(problem, policy)
+        with torch.no_grad():
+            new_probs = policy.action_probs()
+        js.append(evaluate(problem, new_probs).J)
+        kls.append(kl_divergence(problem, new_probs, probs))
+        probs = new_probs
+        if progress is not None:
+            progress(k + 1)
+    kl = torch.stack(kls) if kls else torch.zeros(0, problem.num_instances, dtype=DTYPE)
+    return History(torch.stack(js), j_star, kl, policy)
+
+
+def initial_policy(problem: TreeMDP, run_cfg: RunConfig) -> TabularPolicy:
+    """The policy ``run_cfg`` starts from (seeded)."""
+    return TabularPolicy(
+        problem, run_cfg.parameterization, feature_dim=run_cfg.feature_dim, init_scale=run_cfg.init_scale,
+        generator=torch.Generator().manual_seed(run_cfg.seed),
+    )
+
+
 def run(
     problem: TreeMDP,
     cfg: AlgorithmConfig,
@@ -153,32 +214,5 @@ def run(
     progress: Callable[[int], None] | None = None,
 ) -> History:
     """Train a policy on every instance of ``problem`` and record the exact ``J`` after each iteration."""
-    gen = torch.Generator().manual_seed(run_cfg.seed)
-    if policy is None:
-        policy = TabularPolicy(
-            problem, run_cfg.parameterization, feature_dim=run_cfg.feature_dim, init_scale=run_cfg.init_scale,
-            generator=torch.Generator().manual_seed(run_cfg.seed),
-        )
-    if run_cfg.update == "mirror" and policy.parameterization != "independent":
-        raise ValueError("the closed-form mirror step needs independent parameters")
-    j_star = optimal(problem).J
-    with torch.no_grad():
-        probs = policy.action_probs()
-    js, kls = [evaluate(problem, probs).J], []
-    optimizer = make_optimizer(policy.parameters(), run_cfg)
-    for k in range(run_cfg.iterations):
-        batch, adv = build_batch(problem, policy, cfg, run_cfg, gen)
-        if run_cfg.update == "mirror":
-            mirror_step(policy, batch, adv, cfg, run_cfg.mirror_beta, gen)
-        else:
-            if run_cfg.reset_optimizer and k > 0:
-                optimizer = make_optimizer(policy.parameters(), run_cfg)
-            policy_update(policy, optimizer, batch, adv, cfg, generator=gen)
-        with torch.no_grad():
-            new_probs = policy.action_probs()
-        js.append(evaluate(problem, new_probs).J)
-        kls.append(kl_divergence(problem, new_probs, probs))
-        probs = new_probs
-        if progress is not None:
-            progress(k + 1)
-    return History(torch.stack(js), j_star, torch.stack(kls) if kls else torch.zeros(0, problem.num_instances), policy)
+    policy = policy if policy is not None else initial_policy(problem, run_cfg)
+    return track(problem, AlgorithmStep(cfg, run_cfg), policy, run_cfg.iterations, progress)

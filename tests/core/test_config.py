@@ -1,0 +1,148 @@
+"""AlgorithmConfig validation and the presets (seeupo.core.config)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+
+EXPECTED_PRESETS = {"ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"}
+
+
+def test_preset_names():
+    assert set(PRESETS) == EXPECTED_PRESETS
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
+def test_every_preset_constructs(name):
+    cfg = preset(name)
+    assert isinstance(cfg, AlgorithmConfig)
+    assert cfg.name == name
+    assert cfg == PRESETS[name]
+    # a round trip through to_dict re-runs validation and gives the same config
+    assert AlgorithmConfig(**cfg.to_dict()) == cfg
+
+
+def test_preset_contents_match_table_1():
+    ppo, grpo, rpp, gspo, rloo, seeupo = (PRESETS[k] for k in ("ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"))
+    assert (ppo.advantage, ppo.update, ppo.ratio_level, ppo.schedule) == ("gae", "ppo", "token", "simultaneous")
+    assert (grpo.advantage, grpo.grae_scale, grpo.update, grpo.ratio_level) == ("grae", "group_std", "ppo", "token")
+    assert (rpp.grae_scale, rpp.update, rpp.ratio_level) == ("batch_std", "ppo", "token")
+    assert (gspo.ratio_level, gspo.ratio_scope, gspo.length_norm, gspo.update) == ("sequence", "trajectory", True, "ppo")
+    assert (rloo.grae_center, rloo.update) == ("loo", "reinforce")
+    # SeeUPO (PAPER.md §4): mean-centred GRAE + batch z-score (not the group std), per-turn length-normalised
+    # sequence ratio, sequential reverse order, HAPPO weight
+    assert (seeupo.advantage, seeupo.grae_center, seeupo.grae_scale) == ("grae", "mean", "batch_std")
+    assert (seeupo.update, seeupo.ratio_level, seeupo.ratio_scope, seeupo.length_norm) == ("ppo", "sequence", "turn", True)
+    assert (seeupo.schedule, seeupo.order, seeupo.m_factor) == ("sequential", "reverse", "happo")
+    for cfg in PRESETS.values():
+        assert (cfg.clip_eps_low, cfg.clip_eps_high) == (0.2, 0.2)
+        assert cfg.schedule == ("sequential" if cfg.name == "seeupo" else "simultaneous")
+
+
+def test_preset_overrides():
+    cfg = preset("seeupo", order="forward", epochs=4, minibatches=2, kl_coef=0.002)
+    assert (cfg.order, cfg.epochs, cfg.minibatches, cfg.kl_coef) == ("forward", 4, 2, 0.002)
+    base = PRESETS["seeupo"]
+    for f in dataclasses.fields(AlgorithmConfig):
+        if f.name not in ("order", "epochs", "minibatches", "kl_coef"):
+            assert getattr(cfg, f.name) == getattr(base, f.name), f.name
+    # the registry is not mutated
+    assert PRESETS["seeupo"].order == "reverse" and PRESETS["seeupo"].epochs == 1
+    # custom order through an override
+    cfg = preset("seeupo", order="custom", custom_order=(1, 0, 2))
+    assert cfg.custom_order == (1, 0, 2)
+
+
+def test_preset_override_is_validated():
+    with pytest.raises(ValueError, match="order"):
+        preset("seeupo", order="sideways")
+    with pytest.raises(ValueError, match="epochs"):
+        preset("grpo", epochs=0)
+
+
+def test_unknown_preset_raises():
+    with pytest.raises(ValueError, match="nope"):
+        preset("nope")
+
+
+def test_config_is_frozen():
+    cfg = preset("ppo")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 3  # type: ignore[misc]
+
+
+def test_replace_returns_new_validated_config():
+    cfg = AlgorithmConfig()
+    new = cfg.replace(update="reinforce")
+    assert new.update == "reinforce" and cfg.update == "ppo"
+    with pytest.raises(ValueError, match="update"):
+        cfg.replace(update="trpo")
+
+
+CHOICE_FIELDS = [
+    "advantage", "grae_center", "grae_scale", "update", "ratio_level", "ratio_scope",
+    "kl_estimator", "aggregation", "schedule", "order", "m_factor", "m_alignment",
+]
+
+
+@pytest.mark.parametrize("field", CHOICE_FIELDS)
+def test_bad_choice_raises_with_field_name(field):
+    with pytest.raises(ValueError, match=field):
+        AlgorithmConfig(**{field: "bogus"})
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(group_size=1), "group_size"),
+        (dict(group_size=0), "group_size"),
+        (dict(epochs=0), "epochs"),
+        (dict(minibatches=0), "minibatches"),
+        (dict(epochs=-1), "epochs"),
+        (dict(order="custom"), "custom_order"),
+        (dict(clip_eps_low=1.0), "clip_eps_low"),
+        (dict(clip_eps_low=-0.1), "clip_eps_low"),
+        (dict(clip_eps_high=-0.1), "clip_eps_high"),
+    ],
+    ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else None,
+)
+def test_bad_value_raises_with_field_name(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        AlgorithmConfig(**kwargs)
+
+
+def test_group_size_only_matters_for_grae():
+    assert AlgorithmConfig(advantage="gae", group_size=1).group_size == 1
+    assert AlgorithmConfig(advantage="oracle", group_size=1).group_size == 1
+
+
+def test_valid_edge_values_accepted():
+    AlgorithmConfig(clip_eps_low=0.0, clip_eps_high=0.0)
+    AlgorithmConfig(clip_eps_low=0.99, clip_eps_high=5.0)
+    AlgorithmConfig(order="custom", custom_order=(0,))
+    AlgorithmConfig(dual_clip=3.0, kl_coef=0.0, grae_clamp=5.0, m_clip=(0.5, 2.0), gae_gamma=0.0, gae_lambda=0.0)
+
+
+# Values that are invalid on their face but that AlgorithmConfig currently accepts (reported as suspected
+# bugs): each would only fail later (dual_clip in the first loss call) or silently compute nonsense
+# (torch.clamp with min > max returns max everywhere; a negative KL coefficient rewards divergence).
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(dual_clip=1.0), "dual_clip"),
+        (dict(dual_clip=0.5), "dual_clip"),
+        (dict(m_clip=(1.2, 0.8)), "m_clip"),
+        (dict(kl_coef=-0.1), "kl_coef"),
+        (dict(gae_gamma=1.5), "gae_gamma"),
+        (dict(gae_lambda=-0.1), "gae_lambda"),
+        (dict(grae_clamp=-1.0), "grae_clamp"),
+        (dict(order="custom", custom_order=(0, 0, 1)), "custom_order"),
+    ],
+    ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else None,
+)
+def test_unvalidated_bad_value_raises_with_field_name(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        AlgorithmConfig(**kwargs)

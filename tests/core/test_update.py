@@ -1,0 +1,495 @@
+"""The update loop (seeupo.core.update): HAML sweep, schedules, step counts, minibatches, KL wiring.
+
+A tiny differentiable tabular policy stands in for a model: ``logits[state, token position, action]``;
+each row carries ``data["state"]`` ``[n]`` and ``data["action"]`` ``[n, L]``. States are disjoint
+across turns (``state = turn * K + k``), so an update of turn ``t`` moves only turn-``t`` probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seeupo.core.batch import SampleBatch
+from seeupo.core.advantages import gae_for_batch, grae
+from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.update import compute_advantages, minibatch_plan, policy_update, sequential_sweep, turn_order
+
+DT = torch.float64
+T_TURNS, K_STATES, N_ACTIONS, L_TOK = 3, 3, 3, 2
+N_GROUPS, G = 2, 3
+N_TRAJ = N_GROUPS * G
+
+
+class TinyPolicy:
+    """Softmax over ``N_ACTIONS`` per (state, token position); records every batch it scores."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits.clone().requires_grad_()
+        self.calls: list[SampleBatch] = []
+
+    def token_logps(self, batch: SampleBatch) -> torch.Tensor:
+        self.calls.append(batch)
+        lp = torch.log_softmax(self.logits[batch.data["state"]], dim=-1)  # [n, L, A]
+        return lp.gather(-1, batch.data["action"][..., None]).squeeze(-1)
+
+    def parameters(self):
+        return [self.logits]
+
+
+class CountingSGD(torch.optim.SGD):
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.n_steps = 0
+
+    def step(self, closure=None):
+        self.n_steps += 1
+        return super().step(closure)
+
+
+def make_rollout(seed: int = 0, lengths=(3, 2, 3, 1, 3, 2)):
+    """``N_TRAJ`` trajectories (2 groups of 3) x ``T_TURNS`` rows, trajectory-major, with placeholders.
+
+    Returns ``(batch, initial_logits)``; ``logp_old`` is the initial policy's log-probabilities.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for traj in range(N_TRAJ):
+        for turn in range(T_TURNS):
+            valid = turn < lengths[traj]
+            n_tok = int(torch.randint(1, L_TOK + 1, (1,), generator=gen))
+            rows.append(
+                dict(
+                    traj=traj,
+                    turn=turn,
+                    valid=valid,
+                    mask=[j < n_tok for j in range(L_TOK)],
+                    state=turn * K_STATES + int(torch.randint(0, K_STATES, (1,), generator=gen)),
+                    action=torch.randint(0, N_ACTIONS, (L_TOK,), generator=gen).tolist(),
+                    reward=float(torch.randn((), generator=gen, dtype=DT)) if valid else 0.0,
+                )
+            )
+    ret = [0.0] * N_TRAJ
+    for r in rows:
+        ret[r["traj"]] += r["reward"]
+    batch = SampleBatch(
+        traj_id=torch.tensor([r["traj"] for r in rows]),
+        group_id=torch.tensor([r["traj"] // G for r in rows]),
+        turn=torch.tensor([r["turn"] for r in rows]),
+        logp_old=torch.zeros(len(rows), L_TOK, dtype=DT),
+        token_mask=torch.tensor([r["mask"] for r in rows]),
+        valid=torch.tensor([r["valid"] for r in rows]),
+        reward=torch.tensor([r["reward"] for r in rows], dtype=DT),
+        traj_return=torch.tensor([ret[r["traj"]] for r in rows], dtype=DT),
+        weight=torch.ones(len(rows), dtype=DT),
+        instance=torch.zeros(len(rows), dtype=torch.long),
+        data={"state": torch.tensor([r["state"] for r in rows]), "action": torch.tensor([r["action"] for r in rows])},
+    )
+    logits = 0.5 * torch.randn(T_TURNS * K_STATES, L_TOK, N_ACTIONS, generator=gen, dtype=DT)
+    with torch.no_grad():
+        logp_old = TinyPolicy(logits).token_logps(batch) * batch.token_mask
+    return batch.with_updates(logp_old=logp_old), logits
+
+
+def turn_ratios(policy: TinyPolicy, batch: SampleBatch) -> torch.Tensor:
+    """``[N_TRAJ, T]`` true sequence ratio pi(a_t|h_t)/pi_old(a_t|h_t) of each row under ``policy`` (1 on placeholders)."""
+    out = torch.ones(batch.num_trajectories, T_TURNS, dtype=DT)
+    with torch.no_grad():
+        lp = policy.token_logps(batch)
+    for i in range(batch.num_rows):
+        if batch.valid[i]:
+            m = batch.token_mask[i]
+            out[batch.traj_id[i], batch.turn[i]] = math.exp(float((lp[i] - batch.logp_old[i])[m].sum()))
+    return out
+
+
+SEEUPO = preset("seeupo", group_size=G)
+
+
+# ---------------------------------------------------------------------------------------------
+# (1) the final factor M is keyed by trajectory, not by row position (PAPER.md §5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _run(batch, logits, cfg, seed=123, lr=2.0):
+    policy = TinyPolicy(logits)
+    opt = CountingSGD(policy.parameters(), lr=lr)
+    adv = compute_advantages(batch, cfg)
+    stats = policy_update(policy, opt, batch, adv, cfg, generator=torch.Generator().manual_seed(seed))
+    return policy, stats
+
+
+@pytest.mark.parametrize("relabel", [False, True])
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_m_final_invariant_to_row_permutation(relabel, epochs):
+    batch, logits = make_rollout(seed=0)
+    cfg = SEEUPO.replace(epochs=epochs, minibatches=1)
+    pol_a, st_a = _run(batch, logits, cfg)
+
+    gen = torch.Generator().manual_seed(99)
+    perm = torch.randperm(batch.num_rows, generator=gen)
+    shuffled = batch.select(perm)
+    sigma = torch.randperm(N_TRAJ, generator=gen) if relabel else torch.arange(N_TRAJ)
+    shuffled = shuffled.with_updates(traj_id=sigma[shuffled.traj_id])
+    assert not torch.equal(shuffled.traj_id, batch.traj_id)
+    pol_b, st_b = _run(shuffled, logits, cfg)
+
+    m_a, m_b = st_a.m_final, st_b.m_final
+    assert m_a.shape == (N_TRAJ,) and m_b.shape == (N_TRAJ,)
+    # the test is only meaningful if M differs between trajectories
+    assert float(m_a.std()) > 1e-3
+    torch.testing.assert_close(m_b[sigma], m_a, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(pol_b.logits, pol_a.logits, rtol=1e-10, atol=1e-12)
+    assert st_a.steps == st_b.steps == T_TURNS * epochs
+
+
+def test_m_final_invariant_with_minibatches_when_ids_are_kept():
+    # minibatches split by trajectory id, so a pure row shuffle (ids kept) gives the same split
+    batch, logits = make_rollout(seed=1)
+    cfg = SEEUPO.replace(epochs=2, minibatches=2)
+    pol_a, st_a = _run(batch, logits, cfg)
+    perm = torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(5))
+    pol_b, st_b = _run(batch.select(perm), logits, cfg)
+    torch.testing.assert_close(st_b.m_final, st_a.m_final, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(pol_b.logits, pol_a.logits, rtol=1e-10, atol=1e-12)
+
+
+def test_shuffled_m_alignment_is_detected():
+    # cfg.m_alignment="shuffled" reproduces the reference code's positional M (PAPER.md §5); the
+    # invariance check above must catch it: the same data in another row order gives another update
+    batch, logits = make_rollout(seed=0)
+    cfg = SEEUPO.replace(m_alignment="shuffled")
+    pol_a, st_a = _run(batch, logits, cfg)
+    perm = torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(99))
+    pol_b, st_b = _run(batch.select(perm), logits, cfg)
+    assert not torch.allclose(pol_b.logits, pol_a.logits, rtol=1e-8, atol=1e-10)
+    assert not torch.allclose(st_b.m_final, st_a.m_final, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("order", ["reverse", "forward"])
+def test_m_final_is_product_of_turn_ratios_after_policy_update(order):
+    # turn-t updates only move turn-t states, so the final M of a trajectory is the product over its turns
+    # of pi_final(a_t|h_t) / pi_old(a_t|h_t), evaluated with the final policy
+    batch, logits = make_rollout(seed=2)
+    policy, stats = _run(batch, logits, SEEUPO.replace(order=order, epochs=2))
+    expected = turn_ratios(policy, batch).prod(1)
+    torch.testing.assert_close(stats.m_final, expected, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(expected, torch.ones_like(expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# the HAML recursion, with a controlled per-turn update
+# ---------------------------------------------------------------------------------------------
+
+
+def _sweep(cfg, delta_scale, seed=3):
+    """Run sequential_sweep with an update that adds a fixed random delta to the logits of the turn's states."""
+    batch, logits = make_rollout(seed=seed)
+    policy = TinyPolicy(logits)
+    adv = compute_advantages(batch, cfg)
+    delta = delta_scale * torch.randn(logits.shape, generator=torch.Generator().manual_seed(seed + 100), dtype=DT)
+    records = []
+
+    def update_turn(rows, m):
+        records.append((rows.clone(), m.clone()))
+        states = batch.data["state"][rows].unique()
+        with torch.no_grad():
+            policy.logits[states] += delta[states]
+
+    order, factor = sequential_sweep(policy, batch, adv, cfg, update_turn, torch.Generator().manual_seed(0))
+    return batch, policy, adv, order, factor, records
+
+
+@pytest.mark.parametrize("order,custom", [("reverse", None), ("forward", None), ("custom", (1, 0, 2))])
+def test_sweep_happo_weights(order, custom):
+    cfg = SEEUPO.replace(order=order, custom_order=custom, m_factor="happo")
+    batch, policy, adv, got_order, factor, records = _sweep(cfg, 0.3)
+    expected_order = {"reverse": [2, 1, 0], "forward": [0, 1, 2], "custom": [1, 0, 2]}[order]
+    assert got_order == expected_order
+    ratios = turn_ratios(policy, batch)  # each turn's ratio is frozen after its own update
+    running = torch.ones(N_TRAJ, dtype=DT)
+    assert len(records) == T_TURNS
+    for (rows, m), t in zip(records, expected_order):
+        assert torch.equal(rows, batch.turn == t)
+        traj = batch.traj_id[rows]
+        # M_t = A * prod(ratios of the turns updated before), per trajectory
+        torch.testing.assert_close(m, adv[rows] * running[traj][:, None], rtol=1e-12, atol=1e-12)
+        running = running * ratios[:, t]
+    torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
+    # placeholders contribute a factor of 1: trajectory 3 (length 1) only has its turn-0 ratio
+    torch.testing.assert_close(factor[3], ratios[3, 0])
+
+
+def test_sweep_shuffled_alignment_misplaces_m_but_keeps_f_keyed():
+    cfg = SEEUPO.replace(m_alignment="shuffled")
+    batch, policy, adv, order, factor, records = _sweep(cfg, 0.3)
+    ratios = turn_ratios(policy, batch)
+    running = torch.ones(N_TRAJ, dtype=DT)
+    misplaced = []
+    for (rows, m), t in zip(records, order):
+        keyed = adv[rows] * running[batch.traj_id[rows]][:, None]
+        misplaced.append(not torch.allclose(m, keyed, rtol=1e-12, atol=1e-12))
+        running = running * ratios[:, t]
+    assert misplaced[0] is False  # before any update every factor is 1: nothing to misplace
+    assert any(misplaced[1:])
+    torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
+
+
+def test_sweep_m_factor_none_keeps_the_advantage():
+    cfg = SEEUPO.replace(m_factor="none")
+    batch, _, adv, _, factor, records = _sweep(cfg, 0.5)
+    for rows, m in records:
+        assert torch.equal(m, adv[rows])
+    assert torch.equal(factor, torch.ones(N_TRAJ, dtype=DT))
+
+
+def test_sweep_m_factor_clipped_stays_in_range():
+    cfg = SEEUPO.replace(m_factor="clipped", m_clip=(0.8, 1.2))
+    batch, policy, adv, order, factor, records = _sweep(cfg, 1.5)
+    ratios = turn_ratios(policy, batch)
+    # the deltas are large enough that clipping matters
+    valid_ratios = ratios[ratios != 1.0]
+    assert bool(((valid_ratios < 0.8) | (valid_ratios > 1.2)).any())
+    running = torch.ones(N_TRAJ, dtype=DT)
+    for (rows, m), t in zip(records, order):
+        traj = batch.traj_id[rows]
+        torch.testing.assert_close(m, adv[rows] * running[traj][:, None], rtol=1e-12, atol=1e-12)
+        # each factor and the running product clipped (the reference code's variant)
+        running = (running * ratios[:, t].clamp(0.8, 1.2)).clamp(0.8, 1.2)
+    torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
+    assert bool(((factor >= 0.8) & (factor <= 1.2)).all())
+    assert bool(((factor == 0.8) | (factor == 1.2)).any())
+
+
+@pytest.mark.parametrize("m_factor", ["none", "clipped"])
+def test_policy_update_m_factor_variants(m_factor):
+    batch, logits = make_rollout(seed=4)
+    _, stats = _run(batch, logits, SEEUPO.replace(m_factor=m_factor, m_clip=(0.9, 1.1), epochs=3), lr=5.0)
+    if m_factor == "none":
+        assert torch.equal(stats.m_final, torch.ones(N_TRAJ, dtype=DT))
+    else:
+        assert bool(((stats.m_final >= 0.9) & (stats.m_final <= 1.1)).all())
+        assert not torch.allclose(stats.m_final, torch.ones(N_TRAJ, dtype=DT))
+
+
+# ---------------------------------------------------------------------------------------------
+# (2) turn order
+# ---------------------------------------------------------------------------------------------
+
+
+def test_turn_order_named():
+    cfg = AlgorithmConfig()
+    assert turn_order(cfg.replace(order="reverse"), 4) == [3, 2, 1, 0]
+    assert turn_order(cfg.replace(order="forward"), 4) == [0, 1, 2, 3]
+    assert turn_order(cfg.replace(order="custom", custom_order=(2, 0, 3, 1)), 4) == [2, 0, 3, 1]
+    assert turn_order(cfg.replace(order="reverse"), 1) == [0]
+
+
+def test_turn_order_random_is_a_seeded_permutation():
+    cfg = AlgorithmConfig(order="random")
+    a = turn_order(cfg, 6, torch.Generator().manual_seed(11))
+    b = turn_order(cfg, 6, torch.Generator().manual_seed(11))
+    assert a == b and sorted(a) == list(range(6))
+    orders = {tuple(turn_order(cfg, 6, torch.Generator().manual_seed(s))) for s in range(10)}
+    assert len(orders) > 1
+
+
+@pytest.mark.parametrize("bad", [(0, 1, 1, 2), (1, 2, 3, 4)])
+def test_custom_order_that_is_no_permutation_is_rejected_at_construction(bad):
+    with pytest.raises(ValueError, match="custom_order"):
+        AlgorithmConfig(order="custom", custom_order=bad)
+
+
+@pytest.mark.parametrize("bad", [(0, 1, 2), (0, 1, 2, 3, 4)])
+def test_turn_order_custom_of_the_wrong_length_raises(bad):
+    cfg = AlgorithmConfig(order="custom", custom_order=bad)
+    with pytest.raises(ValueError):
+        turn_order(cfg, 4)
+
+
+@pytest.mark.parametrize("order,custom,expected", [("reverse", None, [2, 1, 0]), ("forward", None, [0, 1, 2]), ("custom", (2, 0, 1), [2, 0, 1])])
+def test_policy_update_visits_turns_in_order(order, custom, expected):
+    batch, logits = make_rollout(seed=5)
+    policy, stats = _run(batch, logits, SEEUPO.replace(order=order, custom_order=custom))
+    assert stats.turn_order == expected
+    visited = []
+    for call in policy.calls:
+        turns = call.turn.unique().tolist()
+        assert len(turns) == 1  # each scored batch holds a single turn
+        if not visited or visited[-1] != turns[0]:
+            visited.append(turns[0])
+    assert visited == expected  # the factor evaluation of turn t follows the steps on turn t
+
+
+def test_policy_update_bad_custom_order_raises():
+    batch, logits = make_rollout(seed=5)
+    with pytest.raises(ValueError):
+        _run(batch, logits, SEEUPO.replace(order="custom", custom_order=(0, 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# (3) optimizer step counts
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("epochs,minibatches", [(1, 1), (2, 1), (1, 3), (2, 3), (7, 1)])
+def test_step_counts(epochs, minibatches):
+    batch, logits = make_rollout(seed=6)
+    base = SEEUPO.replace(epochs=epochs, minibatches=minibatches)
+    cases = {
+        "simultaneous": (base.replace(schedule="simultaneous"), epochs * minibatches),
+        "simultaneous+equal_budget": (base.replace(schedule="simultaneous", equal_budget=True), epochs * minibatches),
+        "sequential": (base, T_TURNS * epochs * minibatches),
+        "sequential+equal_budget": (
+            base.replace(equal_budget=True),
+            T_TURNS * max(1, (epochs * minibatches) // T_TURNS),
+        ),
+    }
+    for name, (cfg, expected) in cases.items():
+        policy = TinyPolicy(logits)
+        opt = CountingSGD(policy.parameters(), lr=0.1)
+        stats = policy_update(policy, opt, batch, compute_advantages(batch, cfg), cfg, generator=torch.Generator().manual_seed(0))
+        assert opt.n_steps == expected, name
+        assert stats.steps == expected, name
+        assert len(stats.objective) == len(stats.clip_frac) == expected, name
+
+
+def test_simultaneous_stats():
+    batch, logits = make_rollout(seed=6)
+    _, stats = _run(batch, logits, preset("grpo", group_size=G))
+    assert stats.m_final is None
+    assert stats.turn_order == []
+    assert stats.steps == 1
+
+
+def test_multi_epoch_ppo_clips():
+    # several epochs on the same data move the ratio away from 1, so clipping eventually acts
+    batch, logits = make_rollout(seed=7)
+    _, stats = _run(batch, logits, preset("grpo", group_size=G, epochs=8), lr=20.0)
+    assert stats.clip_frac[0] == 0.0  # first step: ratio 1 everywhere
+    assert max(stats.clip_frac) > 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# (5) minibatches hold whole trajectories
+# ---------------------------------------------------------------------------------------------
+
+
+def _rows_per_traj(b: SampleBatch) -> dict[int, int]:
+    ids, counts = b.traj_id.unique(return_counts=True)
+    return dict(zip(ids.tolist(), counts.tolist()))
+
+
+def test_minibatch_plan_never_splits_a_trajectory():
+    batch, _ = make_rollout(seed=8)
+    batch = batch.select(torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(1)))
+    plan = minibatch_plan(batch, 2, 3, torch.Generator().manual_seed(2))
+    assert len(plan) == 6
+    for mask in plan:
+        inside = set(batch.traj_id[mask].tolist())
+        outside = set(batch.traj_id[~mask].tolist())
+        assert inside and not (inside & outside)
+        assert len(inside) == N_TRAJ // 3
+    for epoch in range(2):
+        cover = torch.stack(plan[3 * epoch : 3 * epoch + 3]).sum(0)
+        assert torch.equal(cover, torch.ones(batch.num_rows, dtype=cover.dtype))  # a partition of the rows
+
+
+def test_minibatch_plan_has_no_empty_steps_when_minibatches_exceed_trajectories():
+    batch, _ = make_rollout(seed=8)
+    plan = minibatch_plan(batch, 2, N_TRAJ + 2, torch.Generator().manual_seed(2))
+    assert len(plan) == 2 * N_TRAJ
+    assert all(bool(mask.any()) for mask in plan)
+
+
+def test_minibatch_plan_with_sparse_trajectory_ids():
+    batch, _ = make_rollout(seed=8)
+    sub = batch.select((batch.traj_id == 1) | (batch.traj_id == 3) | (batch.traj_id == 4))
+    plan = minibatch_plan(sub, 1, 3, torch.Generator().manual_seed(0))
+    assert sorted(len(set(sub.traj_id[m].tolist())) for m in plan) == [1, 1, 1]
+    assert torch.equal(torch.stack(plan).sum(0), torch.ones(sub.num_rows, dtype=torch.long))
+
+
+@pytest.mark.parametrize("scope", ["turn", "trajectory"])
+def test_policy_update_minibatches_hold_whole_trajectories(scope):
+    batch, logits = make_rollout(seed=9)
+    batch = batch.select(torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(3)))
+    cfg = preset("gspo", group_size=G, ratio_scope=scope, epochs=2, minibatches=3)
+    policy, stats = _run(batch, logits, cfg)
+    assert stats.steps == 6 and len(policy.calls) == 6
+    full = _rows_per_traj(batch)
+    seen = []
+    for call in policy.calls:
+        per = _rows_per_traj(call)
+        assert all(per[k] == full[k] == T_TURNS for k in per)
+        seen.append(frozenset(per))
+    # each epoch covers every trajectory exactly once
+    for epoch in range(2):
+        parts = seen[3 * epoch : 3 * epoch + 3]
+        assert sorted(k for p in parts for k in p) == list(range(N_TRAJ))
+
+
+# ---------------------------------------------------------------------------------------------
+# (6) KL wiring
+# ---------------------------------------------------------------------------------------------
+
+
+def test_kl_without_reference_raises():
+    batch, logits = make_rollout(seed=10)
+    for cfg in (SEEUPO.replace(kl_coef=0.01), preset("grpo", group_size=G, kl_coef=0.002)):
+        with pytest.raises(ValueError):
+            _run(batch, logits, cfg)
+
+
+def test_kl_k3_has_no_gradient_at_the_reference():
+    # one step at ratio 1 with logp_ref = logp_old: k3's gradient is 0 there, k1's is not
+    batch, logits = make_rollout(seed=10)
+    base = preset("grpo", group_size=G)
+    out = {}
+    for name, cfg in {
+        "none": base,
+        "k3": base.replace(kl_coef=0.5, kl_estimator="k3"),
+        "k1": base.replace(kl_coef=0.5, kl_estimator="k1"),
+    }.items():
+        policy = TinyPolicy(logits)
+        opt = torch.optim.SGD(policy.parameters(), lr=1.0)
+        policy_update(
+            policy, opt, batch, compute_advantages(batch, cfg), cfg,
+            logp_ref=batch.logp_old.clone(), generator=torch.Generator().manual_seed(0),
+        )
+        out[name] = policy.logits.detach()
+    torch.testing.assert_close(out["k3"], out["none"], rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(out["k1"], out["none"])
+
+
+# ---------------------------------------------------------------------------------------------
+# compute_advantages dispatch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_compute_advantages_dispatch():
+    batch, _ = make_rollout(seed=11)
+    # grae: the configured estimator
+    cfg = SEEUPO
+    torch.testing.assert_close(
+        compute_advantages(batch, cfg), grae(batch, group_size=G, center="mean", scale="batch_std")
+    )
+    # gae: needs critic values, uses the configured gamma/lambda/level
+    cfg = preset("ppo", gae_gamma=0.9, gae_lambda=0.7)
+    values = torch.rand(batch.num_rows, L_TOK, generator=torch.Generator().manual_seed(0), dtype=DT)
+    with pytest.raises(ValueError):
+        compute_advantages(batch, cfg)
+    torch.testing.assert_close(
+        compute_advantages(batch, cfg, critic_values=values),
+        gae_for_batch(batch, values, gamma=0.9, lam=0.7, token_level=True),
+    )
+    # oracle: needs the advantages, masked to real tokens of valid rows
+    cfg = AlgorithmConfig(advantage="oracle")
+    with pytest.raises(ValueError):
+        compute_advantages(batch, cfg)
+    oracle = torch.full((batch.num_rows, L_TOK), 2.5, dtype=DT)
+    out = compute_advantages(batch, cfg, oracle=oracle)
+    keep = batch.token_mask & batch.valid[:, None]
+    assert torch.all(out[keep] == 2.5) and torch.all(out[~keep] == 0.0)
