@@ -4,6 +4,8 @@
     seeupo exact INSTANCE.json [--policy]  exact J, J* and an optimal policy of an instance file
     seeupo generate ...                    write a random instance file
     seeupo presets                         list the algorithm presets and their settings
+    seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
+    seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
 
 Bad input (a malformed instance file, an unknown option value) gives a one-line error and
 exit code 2.
@@ -113,6 +115,55 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from seeupo.tabular.counterexamples import Counterexample, replay
+
+    failed = 0
+    for path in args.files:
+        example = Counterexample.load(path)
+        result = replay(example, atol=args.atol)
+        j = " -> ".join(f"{x:.9f}" for x in result.recomputed)
+        if result.reproduces:
+            print(f"{path}: reproduced (claim {example.claim}): J {j}, J* {example.J_star:.6f}, "
+                  f"largest decrease {example.largest_decrease:.3e}")
+        else:
+            failed += 1
+            rec = " -> ".join(f"{x:.9f}" for x in result.recorded)
+            print(f"{path}: DOES NOT REPRODUCE: recorded J {rec}, recomputed {j} (max difference {result.max_abs_diff:.3e})")
+    return 1 if failed else 0
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from seeupo.tabular.counterexamples import search
+    from seeupo.tabular.searches import SEARCHES, get
+
+    specs = [get(name) for name in args.names] if args.names else SEARCHES
+    out_dir = Path(args.out)
+    summary = []
+    for spec in specs:
+        budget = args.max_examples or spec.max_examples
+        print(f"searching {spec.name} ({budget} examples) ...", file=sys.stderr, flush=True)
+        result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed)
+        entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
+                 "max_examples": budget, "seed": args.seed, "found": result.found is not None}
+        if result.found is not None:
+            path = out_dir / f"{spec.name}.json"
+            result.found.save(path)
+            entry |= {"file": str(path), "J": result.found.J, "largest_decrease": result.found.largest_decrease}
+            print(f"{spec.name}: FOUND, J {result.found.J[0]:.6f} -> {result.found.J[-1]:.6f}; saved {path}")
+        else:
+            print(f"{spec.name}: no violation in {result.examples} cases")
+        summary.append(entry)
+    existing = {}
+    index = Path(args.index)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    if index.exists():
+        existing = {e["search"]: e for e in json.loads(index.read_text())}
+    existing |= {e["search"]: e for e in summary}
+    index.write_text(json.dumps(list(existing.values()), indent=1) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seeupo", description="SeeUPO verification toolkit.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="output file (default: stdout)")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("replay", help="recompute counterexample files and check the recorded numbers",
+                       description="Recompute each counterexample from scratch; exit 1 if any recorded J does not reproduce.")
+    p.add_argument("files", nargs="+", help="counterexample JSON files")
+    p.add_argument("--atol", type=float, default=1e-8, help="tolerance on each J (default 1e-8)")
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("search", help="search for counterexamples with hypothesis",
+                       description="Run the registered counterexample searches and save what they find.")
+    p.add_argument("names", nargs="*", help="searches to run (default: all); see seeupo.tabular.searches")
+    p.add_argument("--max-examples", type=int, help="cases per search (default: each search's own budget)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="paper_repro/counterexamples", help="folder for the counterexample files")
+    p.add_argument("--index", default="paper_repro/searches.json", help="JSON summary of every search run (updated in place)")
+    p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("presets", help="list the algorithm presets", description="Print the presets and their settings.")
     p.add_argument("name", nargs="?", choices=sorted(PRESETS), help="only this preset")

@@ -100,6 +100,12 @@ def build_batch(
     return batch, adv
 
 
+ARGMAX_FLOOR = 1e-12
+"""Mass the argmax mirror step leaves spread over all actions, so the sampling distribution stays
+positive (an assumption of the paper's Theorem 2) and paths through several discarded actions
+do not underflow to probability 0 (which would hide their histories from later sweeps)."""
+
+
 @torch.no_grad()
 def mirror_step(
     policy: TabularPolicy, batch: SampleBatch, advantages: Tensor, cfg: AlgorithmConfig, beta: float,
@@ -109,8 +115,8 @@ def mirror_step(
 
     For each updated turn the estimated action value is ``Qhat(h, a) = sum w M / sum w`` over
     the rows at ``(h, a)`` (``w`` the row weights, ``M`` the advantage or HAML weight), and
-    ``pi_new(.|h) ∝ pi_old(.|h) exp(Qhat(h, .) / beta)``; ``beta = 0`` puts all mass on the
-    best sampled action. Histories without rows keep their policy. A simultaneous schedule
+    ``pi_new(.|h) ∝ pi_old(.|h) exp(Qhat(h, .) / beta)``; ``beta = 0`` puts all mass but
+    ``ARGMAX_FLOOR`` on the best sampled action. Histories without rows keep their policy. A simultaneous schedule
     updates every turn with ``M = A``.
     """
     old = policy.action_probs()
@@ -133,7 +139,8 @@ def mirror_step(
             target = torch.softmax(logits, -1)
         else:
             best = torch.where(seen, qhat, torch.full_like(qhat, -torch.inf)).argmax(-1)
-            target = torch.nn.functional.one_hot(best, num_act).to(DTYPE)
+            greedy = torch.nn.functional.one_hot(best, num_act).to(DTYPE)
+            target = (1.0 - ARGMAX_FLOOR) * greedy + ARGMAX_FLOOR / num_act
         new[t] = torch.where(has_data, target, old[t])
         policy.set_action_probs(new)
 

@@ -1,0 +1,141 @@
+"""The registered counterexample searches: one per algorithm cell without a guarantee, and controls.
+
+Each :class:`SearchSpec` names a hypothesis strategy of :class:`Case` (problem, initial
+policy, algorithm settings) and the claim it bears on. ``seeupo search`` runs them and saves
+what it finds under ``paper_repro/counterexamples/``; a search that finds nothing is a result
+too, recorded with its budget.
+
+The strategies vary what PAPER.md's leads single out: rewards (binary and not), stochastic
+outcomes, group size, clip range, step size and epochs, group-std normalisation, per-turn vs
+whole-trajectory ratios, shared vs independent parameters, exact vs sampled mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from hypothesis import strategies as st
+
+from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.tabular.counterexamples import Case
+from seeupo.tabular.train import RunConfig
+from seeupo.testing import policies, sequential_bandits, token_bandits, tree_mdps
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    name: str
+    claim: str
+    description: str
+    cases: Callable[[], st.SearchStrategy[Case]]
+    max_examples: int = 150
+
+
+def _settings(draw: st.DrawFn, base: AlgorithmConfig) -> AlgorithmConfig:
+    eps = draw(st.sampled_from([0.2, 0.1, 0.3]))
+    return base.replace(group_size=draw(st.integers(2, 5)), clip_eps_low=eps, clip_eps_high=eps)
+
+
+@st.composite
+def ppu_cases(
+    draw: st.DrawFn,
+    base: AlgorithmConfig,
+    problems: st.SearchStrategy,
+    *,
+    parameterization: str = "independent",
+    mode: str = "exact",
+) -> Case:
+    """A PPU-style algorithm (``base``) from a random positive policy, one exact iteration."""
+    problem = draw(problems)
+    algo = _settings(draw, base).replace(epochs=draw(st.sampled_from([40, 10])))
+    run = RunConfig(mode=mode, lr=draw(st.sampled_from([0.05, 0.2])), parameterization=parameterization,
+                    init_scale=1.0, seed=draw(st.integers(0, 3)), tasks=4)
+    start = draw(policies(problem)) if parameterization == "independent" else None
+    return Case(problem, start, algo, run, 1)
+
+
+@st.composite
+def reinforce_cases(draw: st.DrawFn, base: AlgorithmConfig, problems: st.SearchStrategy, lrs: list[float]) -> Case:
+    """REINFORCE (one exact policy-gradient step, SGD) with a step size from ``lrs``."""
+    problem = draw(problems)
+    algo = base.replace(group_size=draw(st.integers(2, 5)))
+    return Case(problem, draw(policies(problem)), algo, RunConfig(mode="exact", optimizer="sgd", lr=draw(st.sampled_from(lrs))), 1)
+
+
+def _stochastic_st() -> st.SearchStrategy:
+    return tree_mdps(max_turns=1, max_actions=3, max_observations=2, gamma=1.0, reward_levels=11)
+
+
+def _stochastic_mt() -> st.SearchStrategy:
+    return tree_mdps(max_turns=2, max_actions=2, max_observations=2, gamma=1.0, reward_levels=3)
+
+
+def _bandit_mt() -> st.SearchStrategy:
+    return sequential_bandits(min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=3)
+
+
+SEARCHES: list[SearchSpec] = [
+    SearchSpec(
+        "grpo_st_stochastic", "B",
+        "GRPO (group-std GRAE, token-level PPU), single turn, stochastic outcomes: J decreases",
+        lambda: ppu_cases(preset("grpo"), _stochastic_st()),
+    ),
+    SearchSpec(
+        "grpo_mt_bandit", "C",
+        "GRPO, two-turn deterministic sequential bandit: J decreases",
+        lambda: ppu_cases(preset("grpo"), _bandit_mt()),
+    ),
+    SearchSpec(
+        "grae_mean_ppu_st_stochastic", "L-affine",
+        "Control: mean-centred GRAE without std scaling + token-level PPU, single turn, stochastic outcomes",
+        lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
+    ),
+    SearchSpec(
+        "reinforce_pp_mt_stochastic", "B",
+        "REINFORCE++ (batch z-score GRAE, token-level PPU), two turns, stochastic outcomes",
+        lambda: ppu_cases(preset("reinforce_pp"), _stochastic_mt()),
+    ),
+    SearchSpec(
+        "gspo_mt_token", "C",
+        "GSPO (group-std GRAE, whole-trajectory sequence ratio), two turns, token actions",
+        lambda: ppu_cases(preset("gspo"), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
+    ),
+    SearchSpec(
+        "gspo_st_stochastic", "Table1-GSPO-ST",
+        "GSPO, single turn, stochastic outcomes",
+        lambda: ppu_cases(preset("gspo"), _stochastic_st()),
+    ),
+    SearchSpec(
+        "gspo_mean_st_stochastic", "Table1-GSPO-ST",
+        "Control: GSPO with mean-centred GRAE (no std scaling), single turn, stochastic outcomes",
+        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st()),
+    ),
+    SearchSpec(
+        "seeupo_mt_stochastic", "D",
+        "SeeUPO (batch z-score GRAE, reverse HAML), two turns, stochastic outcomes, exact, independent",
+        lambda: ppu_cases(preset("seeupo"), _stochastic_mt()),
+    ),
+    SearchSpec(
+        "seeupo_mt_shared", "D-shared",
+        "SeeUPO with parameters shared across turns and histories (outside the theory)",
+        lambda: ppu_cases(preset("seeupo"), _bandit_mt(), parameterization="shared"),
+    ),
+    SearchSpec(
+        "rloo_mt_small_step", "A",
+        "RLOO (leave-one-out GRAE, REINFORCE), two turns, stochastic outcomes, step size <= 1",
+        lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [0.1, 0.5, 1.0]),
+    ),
+    SearchSpec(
+        "rloo_mt_large_step", "L-pg-any-step",
+        "RLOO, two turns, a large step size (10 or 50): exact tabular softmax PG steps are monotone for any step",
+        lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [10.0, 50.0]),
+    ),
+]
+
+
+def get(name: str) -> SearchSpec:
+    for spec in SEARCHES:
+        if spec.name == name:
+            return spec
+    raise ValueError(f"unknown search {name!r}; choose from {[s.name for s in SEARCHES]}")
