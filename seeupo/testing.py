@@ -87,6 +87,7 @@ def token_bandits(
 def tree_mdps(
     draw: st.DrawFn,
     *,
+    min_turns: int = 1,
     max_turns: int = 3,
     max_actions: int = 2,
     max_observations: int = 2,
@@ -94,7 +95,7 @@ def tree_mdps(
     reward_levels: int | None = None,
 ) -> TreeMDP:
     """Single-instance tree MDPs with stochastic observations, per-turn rewards and early termination."""
-    turns = draw(st.integers(1, max_turns))
+    turns = draw(st.integers(min_turns, max_turns))
     actions = tuple(draw(st.lists(st.integers(2, max_actions), min_size=turns, max_size=turns)))
     obs = tuple(draw(st.lists(st.integers(1, max_observations), min_size=turns, max_size=turns)))
     g = gamma if gamma is not None else draw(st.sampled_from([1.0, 0.9, 0.5]))

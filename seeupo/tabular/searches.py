@@ -68,7 +68,7 @@ def _stochastic_st() -> st.SearchStrategy:
 
 
 def _stochastic_mt() -> st.SearchStrategy:
-    return tree_mdps(max_turns=2, max_actions=2, max_observations=2, gamma=1.0, reward_levels=3)
+    return tree_mdps(min_turns=2, max_turns=2, max_actions=2, max_observations=2, gamma=1.0, reward_levels=11)
 
 
 def _bandit_mt() -> st.SearchStrategy:
@@ -87,6 +87,11 @@ SEARCHES: list[SearchSpec] = [
         lambda: ppu_cases(preset("grpo"), _bandit_mt()),
     ),
     SearchSpec(
+        "grpo_mt_stochastic", "C",
+        "GRPO, two turns, stochastic outcomes and per-turn rewards: J decreases",
+        lambda: ppu_cases(preset("grpo"), _stochastic_mt()),
+    ),
+    SearchSpec(
         "grae_mean_ppu_st_stochastic", "L-affine",
         "Control: mean-centred GRAE without std scaling + token-level PPU, single turn, stochastic outcomes",
         lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
@@ -100,6 +105,11 @@ SEARCHES: list[SearchSpec] = [
         "gspo_mt_token", "C",
         "GSPO (group-std GRAE, whole-trajectory sequence ratio), two turns, token actions",
         lambda: ppu_cases(preset("gspo"), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
+    ),
+    SearchSpec(
+        "gspo_mean_mt_stochastic", "C",
+        "GSPO with mean-centred GRAE and a whole-trajectory ratio, two turns, stochastic outcomes",
+        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_mt()),
     ),
     SearchSpec(
         "gspo_st_stochastic", "Table1-GSPO-ST",

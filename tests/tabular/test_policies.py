@@ -79,9 +79,8 @@ def test_token_logps_sum_to_action_log_prob(kind, parameterization):
     logps = policy.token_logps(batch)
     assert logps.shape == (batch.num_rows, problem.max_tokens)
     action_logp = policy.action_log_probs()
-    expected = torch.stack(
-        [action_logp[t][i, h, a] for t, i, h, a in zip(batch.turn.tolist(), batch.instance.tolist(), batch.data["hist"].tolist(), batch.data["action"].tolist())]
-    )
+    rows = zip(batch.turn.tolist(), batch.instance.tolist(), batch.data["hist"].tolist(), batch.data["action"].tolist())
+    expected = torch.stack([action_logp[t][i, h, a] for t, i, h, a in rows])
     assert torch.allclose(logps.sum(1), expected, atol=1e-10, rtol=0)
     # padding slots are exactly 0; real tokens are log-probabilities (< 0)
     assert bool((logps[~batch.token_mask] == 0).all())
@@ -107,7 +106,8 @@ def test_token_logps_are_differentiable():
 def test_set_action_probs_round_trip(kind, ref):
     problem = _problem(kind)
     policy = TabularPolicy(problem)
-    for probs in (ref.random_probs(problem, 1), ref.random_probs(problem, 2, zero_frac=0.5), ref.deterministic_probs(problem, 3)):
+    cases = (ref.random_probs(problem, 1), ref.random_probs(problem, 2, zero_frac=0.5), ref.deterministic_probs(problem, 3))
+    for probs in cases:
         policy.set_action_probs(probs)
         got = policy.action_probs()
         for g, p in zip(got, probs):
