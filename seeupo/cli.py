@@ -4,6 +4,7 @@
     seeupo exact INSTANCE.json [--policy]  exact J, J* and an optimal policy of an instance file
     seeupo generate ...                    write a random instance file
     seeupo presets                         list the algorithm presets and their settings
+    seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
     seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
 
@@ -115,6 +116,22 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from seeupo.theory.claims import DEFAULT, QUICK, check_all, markdown
+
+    budget = QUICK if args.quick else DEFAULT
+    report = check_all(budget, ids=args.ids or None, progress=None if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True)))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "claims.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "claims.md").write_text(markdown(report))
+    width = max(len(e["id"]) for e in report["claims"])
+    for e in report["claims"]:
+        print(f"{e['id']:{width}s}  {e['status']}\n{'':{width}s}  {e['summary']}")
+    print(f"Wrote {out / 'claims.json'} and {out / 'claims.md'}.")
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from seeupo.tabular.counterexamples import Counterexample, replay
 
@@ -203,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="output file (default: stdout)")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("claims", help="check every claim and print its verdict with evidence",
+                       description="Run the check of every registered claim (seeupo.theory.claims) and report the verdicts.")
+    p.add_argument("ids", nargs="*", help="only these claims (default: all)")
+    p.add_argument("--quick", action="store_true", help="small budgets (for a quick look; verdicts may be inconclusive)")
+    p.add_argument("--out", default="results/claims", help="folder for claims.json and claims.md (default: results/claims)")
+    p.add_argument("--no-progress", action="store_true", help="do not print per-claim progress to stderr")
+    p.set_defaults(func=_cmd_claims)
 
     p = sub.add_parser("replay", help="recompute counterexample files and check the recorded numbers",
                        description="Recompute each counterexample from scratch; exit 1 if any recorded J does not reproduce.")

@@ -12,7 +12,8 @@ max and gives ``J*`` and a deterministic optimal policy (ties go to the lowest a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -28,7 +29,13 @@ class Evaluation:
     J: Tensor  # [I]
     V: list[Tensor]  # [I, N_t]
     Q: list[Tensor]  # [I, N_t, A_t]
-    reach: list[Tensor]  # [I, N_t], probability of reaching h_t (alive)
+    problem: TreeMDP = field(repr=False)
+    probs: list[Tensor] = field(repr=False)
+
+    @cached_property
+    def reach(self) -> list[Tensor]:
+        """``[I, N_t]`` per turn: probability of reaching ``h_t`` alive (computed on first use)."""
+        return reach_probabilities(self.problem, self.probs)
 
     @property
     def A(self) -> list[Tensor]:
@@ -39,8 +46,10 @@ class Evaluation:
 def _q_from_next(problem: TreeMDP, t: int, v_next: Tensor | None) -> Tensor:
     """``Q_t`` ``[I, N_t, A_t]`` from ``V_{t+1}`` ``[I, N_{t+1}]`` (``None`` at the last turn)."""
     p, r, end = problem.obs_probs[t], problem.rewards[t], problem.terminal[t]
-    cont = torch.zeros_like(r) if v_next is None else v_next.reshape(r.shape)
-    return (p * (r + problem.gamma * torch.where(end, torch.zeros_like(cont), cont))).sum(-1)
+    outcome = r if v_next is None else r + problem.gamma * v_next.reshape(r.shape).masked_fill(end, 0.0)
+    if outcome.shape[-1] == 1:  # one observation: P = 1, no sum needed
+        return outcome[..., 0]
+    return (p * outcome).sum(-1)
 
 
 def evaluate(problem: TreeMDP, probs: list[Tensor]) -> Evaluation:
@@ -55,7 +64,7 @@ def evaluate(problem: TreeMDP, probs: list[Tensor]) -> Evaluation:
         V[t] = (probs[t] * Q[t]).sum(-1)
         v_next = V[t]
     J = (problem.initial_state_probs * V[0]).sum(-1)
-    return Evaluation(J, V, Q, reach_probabilities(problem, probs))
+    return Evaluation(J, V, Q, problem, probs)
 
 
 def reach_probabilities(problem: TreeMDP, probs: list[Tensor]) -> list[Tensor]:

@@ -120,3 +120,11 @@ def test_zero_iterations():
     problem = random_sequential_bandit(2, (2, 2), generator=torch.Generator().manual_seed(1))
     history = run(problem, preset("seeupo"), RunConfig(iterations=0))
     assert history.J.shape == (1, 2) and history.kl.shape == (0, 2) and history.violations().shape == (0, 2)
+
+
+def test_forward_argmax_sweeps_reach_j_star_within_t_iterations_on_three_turns():
+    # regression: argmax steps once left 1e-300 on discarded actions, paths through two of them
+    # underflowed to probability 0, and forward order needed T + 1 sweeps on this batch
+    problem = random_sequential_bandit(6, (3, 3, 3), num_initial_states=2, generator=torch.Generator().manual_seed(1))
+    hist = run(problem, preset("seeupo", order="forward"), RunConfig(update="mirror", mirror_beta=0.0, iterations=3))
+    assert float(hist.gap[-1].max()) < 1e-9
