@@ -37,7 +37,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         k: v
         for k, v in {
             "instances": args.instances, "iterations": args.iterations, "workers": args.workers, "seed": args.seed,
-            "group_size": args.group_size, "reward_levels": args.reward_levels, "turns_mt": args.turns,
+            "group_size": args.group_size, "reward_levels": args.reward_levels, "turns_mt": args.turns, "grid": args.grid,
             "modes": tuple(args.modes.split(",")) if args.modes else None,
             "parameterizations": tuple(args.params.split(",")) if args.params else None,
         }.items()
@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="regenerate the paper's Table 1 from tabular measurements",
                        description="Run the verification grid on random tabular problems and compare with the paper's Table 1.")
     p.add_argument("--quick", action="store_true", help="a small run (exact mode, independent parameters only)")
+    p.add_argument("--grid", choices=["table1", "full"], help="table1 (default): the paper's rows; full: every advantage x every update")
     p.add_argument("--instances", type=int, help="random problems per cell")
     p.add_argument("--iterations", type=int, help="iterations per run")
     p.add_argument("--turns", type=int, help="turns of the multi-turn setting")

@@ -69,6 +69,38 @@ def table1_rows(exact_epochs: int) -> list[Row]:
     ]
 
 
+ADVANTAGES: dict[str, dict[str, object]] = {
+    "GAE": dict(advantage="gae", gae_token_level=True),
+    "GRAE mean": dict(advantage="grae", grae_center="mean", grae_scale="none"),
+    "GRAE LOO": dict(advantage="grae", grae_center="loo", grae_scale="none"),
+    "GRAE group-std": dict(advantage="grae", grae_center="mean", grae_scale="group_std"),
+    "GRAE batch-z": dict(advantage="grae", grae_center="mean", grae_scale="batch_std"),
+}
+UPDATES: dict[str, tuple[str, str, dict[str, object]]] = {
+    "REINFORCE": ("REINFORCE", "sequence", dict(update="reinforce")),
+    "PPU token": ("PPU", "token", dict(update="ppo", ratio_level="token")),
+    "PPU seq (turn)": ("PPU", "sequence", dict(update="ppo", ratio_level="sequence", ratio_scope="turn", aggregation="seq_mean_token_mean")),
+    "PPU seq (trajectory)": ("PPU", "sequence", dict(update="ppo", ratio_level="sequence", ratio_scope="trajectory", aggregation="seq_mean_token_mean")),
+    "HAML reverse": ("HAML (reverse)", "sequence", dict(update="ppo", ratio_level="sequence", aggregation="seq_mean_token_mean", schedule="sequential", order="reverse")),
+    "HAML forward": ("HAML (forward)", "sequence", dict(update="ppo", ratio_level="sequence", aggregation="seq_mean_token_mean", schedule="sequential", order="forward")),
+    "HAML random": ("HAML (random)", "sequence", dict(update="ppo", ratio_level="sequence", aggregation="seq_mean_token_mean", schedule="sequential", order="random")),
+}
+
+
+def full_grid_rows(exact_epochs: int) -> list[Row]:
+    """Every advantage estimator x every policy update (no paper claims attached)."""
+    rows = []
+    for adv_name, adv in ADVANTAGES.items():
+        for upd_name, (update, level, upd) in UPDATES.items():
+            name = f"{adv_name} + {upd_name}".lower().replace(" ", "_").replace("+", "").replace("(", "").replace(")", "").replace("__", "_")
+            config = AlgorithmConfig(name=name, **adv, **upd)
+            if config.update == "reinforce":
+                rows.append(Row(name, f"{adv_name} + {upd_name}", adv_name, update, level, config, None, None, "sgd", 5.0, 10))
+            else:
+                rows.append(Row(name, f"{adv_name} + {upd_name}", adv_name, update, level, config.replace(epochs=exact_epochs), None, None))
+    return rows
+
+
 @dataclass(frozen=True)
 class VerifyConfig:
     """Size of a verification run.
@@ -87,6 +119,8 @@ class VerifyConfig:
     stall_ratio: an instance whose gap fell by less than this fraction over the last third of
       the run has stopped improving.
     workers: processes.
+    grid: ``"table1"`` (the paper's rows and SeeUPO's order ablations) or ``"full"`` (every
+      advantage estimator x every update; see :func:`full_grid_rows`).
     """
 
     instances: int = 12
@@ -108,6 +142,7 @@ class VerifyConfig:
     stall_ratio: float = 0.05
     workers: int = 2
     seed: int = 0
+    grid: str = "table1"
 
 
 QUICK = VerifyConfig(instances=6, iterations=8, exact_epochs=25, modes=("exact",), parameterizations=("independent",))
@@ -194,7 +229,10 @@ def agreement(claim: str | None, verdict: str) -> str:
 
 def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every cell of the grid and return the report (JSON-ready)."""
-    rows = rows if rows is not None else table1_rows(cfg.exact_epochs)
+    if rows is None:
+        if cfg.grid not in ("table1", "full"):
+            raise ValueError(f"unknown grid {cfg.grid!r}; expected 'table1' or 'full'")
+        rows = table1_rows(cfg.exact_epochs) if cfg.grid == "table1" else full_grid_rows(cfg.exact_epochs)
     by_name = {r.name: r for r in rows}
     tasks = [
         (row, setting, mode, param, cfg)
@@ -250,8 +288,9 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown: Table 1 (paper vs measured) and every cell."""
     cfg = report["config"]
+    title = "Table 1, regenerated from measurements" if cfg.get("grid", "table1") == "table1" else "Every advantage estimator x every update, measured"
     lines = [
-        "# Table 1, regenerated from measurements",
+        f"# {title}",
         "",
         f"Exact mode, independent (tabular) parameters; {cfg['instances']} random token bandits per cell "
         f"(actions of {cfg['length']} tokens from a vocabulary of {cfg['vocab_size']}, rewards on "
