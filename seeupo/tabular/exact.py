@@ -56,6 +56,7 @@ def evaluate(problem: TreeMDP, probs: list[Tensor]) -> Evaluation:
     """Exact ``J``, ``V``, ``Q`` and reach probabilities of the policy ``probs`` (per turn ``[I, N_t, A_t]``)."""
     if len(probs) != problem.num_turns:
         raise ValueError(f"a policy needs one table per turn ({problem.num_turns}), got {len(probs)}")
+    probs = [p.to(DTYPE) for p in probs]  # float32 input would silently cost precision
     V: list[Tensor] = [None] * problem.num_turns  # type: ignore[list-item]
     Q: list[Tensor] = [None] * problem.num_turns  # type: ignore[list-item]
     v_next = None
@@ -69,6 +70,7 @@ def evaluate(problem: TreeMDP, probs: list[Tensor]) -> Evaluation:
 
 def reach_probabilities(problem: TreeMDP, probs: list[Tensor]) -> list[Tensor]:
     """``d_t(h)``: probability that the episode is alive at history ``h`` of turn ``t``."""
+    probs = [p.to(DTYPE) for p in probs]
     d = problem.initial_state_probs
     out = [d]
     for t in range(problem.num_turns - 1):

@@ -18,18 +18,8 @@ import torch
 
 from seeupo.tabular.problems import DTYPE, TreeMDP, random_sequential_bandit, random_tree_mdp
 
-# The tests work on tiny tensors: one intra-op thread is as fast alone and much faster when
-# other processes share the (2-core) machine, where torch's worker threads would spin-wait.
-torch.set_num_threads(1)
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    """Every test runs with float64 as the default dtype (the package uses float64 throughout)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
 
 
 # ----------------------------------------------------------------------------------------------

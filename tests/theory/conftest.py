@@ -9,16 +9,8 @@ import torch
 
 from seeupo.tabular.problems import DTYPE, TreeMDP
 
-# tiny tensors: one intra-op thread avoids spin-waiting on a shared 2-core machine
-torch.set_num_threads(1)
 
 
-@pytest.fixture(autouse=True)
-def _float64_default():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
 
 
 def _random_probs(problem: TreeMDP, seed: int) -> list[torch.Tensor]:

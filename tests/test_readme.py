@@ -1,0 +1,21 @@
+"""The README's Python examples run as written (and its test functions pass)."""
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_examples_run_and_their_tests_pass():
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    for k, source in enumerate(blocks):
+        namespace: dict = {"__name__": f"readme_block_{k}"}
+        exec(compile(source, f"README.md python block {k}", "exec"), namespace)
+        for name, fn in namespace.items():
+            if name.startswith("test_") and callable(fn):
+                fn()  # hypothesis runs each @given test with its own settings
