@@ -252,7 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `seeupo ... | head` ends quietly
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -261,5 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``seeupo`` executable: ``main`` with the process-level settings a command line wants."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `seeupo ... | head` ends quietly
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -93,10 +93,18 @@ def tree_mdps(
     max_observations: int = 2,
     gamma: float | None = None,
     reward_levels: int | None = None,
+    tokens: tuple[int, int] | None = None,
 ) -> TreeMDP:
-    """Single-instance tree MDPs with stochastic observations, per-turn rewards and early termination."""
+    """Single-instance tree MDPs with stochastic observations, per-turn rewards and early termination.
+
+    With ``tokens=(V, L)`` every action is ``L`` tokens from a vocabulary of ``V`` (``A_t = V**L``,
+    ``max_actions`` is ignored).
+    """
     turns = draw(st.integers(min_turns, max_turns))
-    actions = tuple(draw(st.lists(st.integers(2, max_actions), min_size=turns, max_size=turns)))
+    if tokens is not None:
+        actions = (tokens[0] ** tokens[1],) * turns
+    else:
+        actions = tuple(draw(st.lists(st.integers(2, max_actions), min_size=turns, max_size=turns)))
     obs = tuple(draw(st.lists(st.integers(1, max_observations), min_size=turns, max_size=turns)))
     g = gamma if gamma is not None else draw(st.sampled_from([1.0, 0.9, 0.5]))
     obs_probs, rewards, terminal = [], [], []
@@ -109,7 +117,8 @@ def tree_mdps(
         ends = [True] * (n * a * o) if last else draw(st.lists(st.booleans(), min_size=n * a * o, max_size=n * a * o))
         terminal.append(torch.tensor(ends).reshape(1, n, a, o))
         n *= a * o
-    return TreeMDP(torch.ones(1, 1, dtype=DTYPE), actions, obs, obs_probs, rewards, terminal, g)
+    token_spec = (tokens,) * turns if tokens is not None else None
+    return TreeMDP(torch.ones(1, 1, dtype=DTYPE), actions, obs, obs_probs, rewards, terminal, g, token_spec)
 
 
 @st.composite

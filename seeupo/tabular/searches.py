@@ -67,6 +67,10 @@ def _stochastic_st() -> st.SearchStrategy:
     return tree_mdps(max_turns=1, max_actions=3, max_observations=2, gamma=1.0, reward_levels=11)
 
 
+def _stochastic_st_tokens() -> st.SearchStrategy:
+    return tree_mdps(max_turns=1, max_observations=2, gamma=1.0, reward_levels=11, tokens=(2, 2))
+
+
 def _stochastic_mt() -> st.SearchStrategy:
     return tree_mdps(min_turns=2, max_turns=2, max_actions=2, max_observations=2, gamma=1.0, reward_levels=11)
 
@@ -113,13 +117,19 @@ SEARCHES: list[SearchSpec] = [
     ),
     SearchSpec(
         "gspo_st_stochastic", "Table1-GSPO-ST",
-        "GSPO, single turn, stochastic outcomes",
+        "GSPO, single turn, stochastic outcomes, one-token actions (the sequence ratio equals the token ratio)",
         lambda: ppu_cases(preset("gspo"), _stochastic_st()),
     ),
     SearchSpec(
+        "gspo_st_stochastic_tokens", "Table1-GSPO-ST",
+        "GSPO, single turn, stochastic outcomes, actions of 2 tokens (the sequence ratio differs from a token ratio)",
+        lambda: ppu_cases(preset("gspo"), _stochastic_st_tokens()),
+        max_examples=400,
+    ),
+    SearchSpec(
         "gspo_mean_st_stochastic", "Table1-GSPO-ST",
-        "Control: GSPO with mean-centred GRAE (no std scaling), single turn, stochastic outcomes",
-        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st()),
+        "Control: GSPO with mean-centred GRAE (no std scaling), single turn, stochastic outcomes, 2-token actions",
+        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st_tokens()),
     ),
     SearchSpec(
         "seeupo_mt_stochastic", "D",

@@ -24,13 +24,12 @@ Claims (proved by induction, checked here):
 The engine's ``run(problem, preset('seeupo', order=...), RunConfig(update='mirror',
 mirror_beta=0.0, iterations=k))`` performs the same sweeps from exact-mode rows
 (:func:`engine_sweep_values`): it agrees on the 2-turn instance (both orders) and reaches
-``J*`` in one reverse iteration on random 3-turn bandits. It does **not** agree with forward
-order on 3 turns: its argmax step leaves probability ``1e-300`` on discarded actions and a
-path through two of them underflows to probability 0 and drops out of the exact batch, so on
-``r = [[[6, 2], [4, 1]], [[3, 5], [7, 0]]]`` forward order stays at ``J = 6 < J* = 7`` where the
-idealised sweep needs exactly 3 sweeps (``7/2, 5, 6, 7``). The theory module models the
-positive sampling distribution of Theorem 2; the test pinning the discrepancy is
-``tests/theory/test_backward_induction.py::test_engine_forward_order_matches_idealised_sweeps_on_three_turns``.
+``J*`` in one reverse iteration on random 3-turn bandits. On 3 turns it also matches forward
+order (``r = [[[6, 2], [4, 1]], [[3, 5], [7, 0]]]`` needs exactly 3 sweeps: ``7/2, 5, 6, 7``)
+because its argmax step keeps ``ARGMAX_FLOOR = 1e-12`` on every action, a positive sampling
+distribution as Theorem 2 assumes (values move by about ``T * 1e-12``); a smaller floor let paths
+through several discarded actions underflow to probability 0 and stalled forward sweeps
+(``tests/theory/test_backward_induction.py::test_engine_forward_order_matches_idealised_sweeps_on_three_turns``).
 """
 
 from __future__ import annotations

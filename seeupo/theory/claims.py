@@ -172,23 +172,26 @@ def check_b(budget: Budget) -> Verdict:
 def check_c(budget: Budget) -> Verdict:
     rloo = _exact_runs(preset("rloo"), "mt_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10)
     seeupo_runs = _exact_runs(preset("seeupo", epochs=40), "mt_tree", budget)
-    grpo_mt = _search("grpo_mt_bandit", budget)
-    gspo_mt = _search("gspo_mt_token", budget)
-    shared = _search("seeupo_mt_shared", budget)
-    evidence = {"rloo_mt_exact": rloo, "seeupo_mt_exact": seeupo_runs, "grpo_mt_search": grpo_mt,
-                "gspo_mt_search": gspo_mt, "shared_parameters": shared}
+    searches = {name: _search(name, budget) for name in ("grpo_mt_bandit", "grpo_mt_stochastic", "gspo_mt_token",
+                                                            "gspo_mean_mt_stochastic", "seeupo_mt_shared")}
+    evidence = {"rloo_mt_exact": rloo, "seeupo_mt_exact": seeupo_runs, "searches": searches}
     rloo_ok = _no_violation(rloo) and rloo["mean_final_gap"] < rloo["mean_initial_gap"]
+    found = [name for name, result in searches.items() if _found(result)]
+    independent_found = [name for name in found if name != "seeupo_mt_shared"]
+    searched = ", ".join(f"{name} ({'found' if name in found else 'none in ' + str(r.get('examples', '?'))})"
+                         for name, r in searches.items())
     if rloo_ok:
         return Verdict(
             "violated in the exact tabular model (holds only with shared parameters or finite samples)",
             "RLOO is critic-free and, in exact mode with independent parameters, monotone with a shrinking gap in "
-            "multi-turn problems; no multi-turn GRPO/GSPO violation was found on deterministic bandits. "
-            "What breaks multi-turn convergence here is parameter sharing"
-            + (" (a SeeUPO counterexample with shared parameters replays)" if _found(shared) else "")
-            + " or group-std scaling, not the multi-turn structure itself.",
+            f"multi-turn problems. Multi-turn searches: {searched}. "
+            + ("Independent-parameter multi-turn counterexamples exist for " + ", ".join(independent_found) + "; "
+               if independent_found else "")
+            + ("parameter sharing breaks monotonicity (the SeeUPO counterexample replays)." if "seeupo_mt_shared" in found
+               else "no shared-parameter counterexample was found."),
             evidence,
         )
-    return Verdict("holds", "A critic-free multi-turn run decreased J or stalled.", evidence)
+    return Verdict("holds", "A critic-free multi-turn run (RLOO, exact) decreased J or stalled.", evidence)
 
 
 def check_d(budget: Budget) -> Verdict:
@@ -329,7 +332,7 @@ CLAIMS: list[Claim] = [
     Claim("T1-RLOO-MT", "RLOO: no guarantee, multi-turn.", "", "paper Table 1",
           _table1_check("rloo", "MT", "no guarantee", ["rloo_mt_small_step"])),
     Claim("T1-GSPO-ST", "GSPO (GRAE, sequence-level PPU) converges, single-turn.", "", "paper Table 1",
-          _table1_check("gspo", "ST", "converges", ["gspo_st_stochastic", "gspo_mean_st_stochastic"])),
+          _table1_check("gspo", "ST", "converges", ["gspo_st_stochastic", "gspo_st_stochastic_tokens", "gspo_mean_st_stochastic"])),
     Claim("T1-GSPO-MT", "GSPO: no guarantee, multi-turn.", "", "paper Table 1",
           _table1_check("gspo", "MT", "no guarantee", ["gspo_mt_token", "gspo_mean_mt_stochastic"])),
     Claim("T1-SeeUPO-MT", "SeeUPO (GRAE, reverse HAML) converges, multi-turn.", "", "paper Table 1",
@@ -347,7 +350,8 @@ CLAIMS: list[Claim] = [
     Claim("REF-single-step", "Reference-code defect: one epoch, one minibatch (the ratio is 1 at the only gradient).", "",
           "PAPER.md §5", _measure_defect("single unclipped step", {"epochs": 40}, {"epochs": 1})),
     Claim("REF-budget", "Reference-code defect: SeeUPO takes T optimizer steps per iteration, baselines one.", "",
-          "PAPER.md §5", _measure_defect("equal step budget", {"epochs": 40}, {"epochs": 40, "equal_budget": True})),
+          "PAPER.md §5", _measure_defect("T steps per iteration instead of an equal budget",
+                                         {"epochs": 40, "equal_budget": True}, {"epochs": 40})),
 ]
 
 
