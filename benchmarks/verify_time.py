@@ -39,6 +39,7 @@ def main() -> None:
     result = {
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
+        "load_average_1min_at_end": round(os.getloadavg()[0], 2),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -52,7 +53,7 @@ def main() -> None:
     line = (
         f"- {result['timestamp']} verify_time: `seeupo verify` (defaults, 2 workers) {default:.1f} s; "
         f"1 worker {one_worker:.1f} s (x{one_worker / default:.2f}); `--quick` {quick:.1f} s "
-        f"({result['cpu_count']} CPUs, torch {result['torch']})\n"
+        f"({result['cpu_count']} CPUs, 1-min load {result['load_average_1min_at_end']}, torch {result['torch']})\n"
     )
     with open(HERE / "RESULTS.md", "a") as f:
         f.write(line)

@@ -184,7 +184,7 @@ def check_c(budget: Budget) -> Verdict:
                          for name, r in searches.items())
     if rloo_ok:
         return Verdict(
-            "violated in the exact tabular model (holds only with shared parameters or finite samples)",
+            "holds only under parameter sharing or finite samples (violated in the exact tabular model)",
             "RLOO is critic-free and, in exact mode with independent parameters, monotone with a shrinking gap in "
             f"multi-turn problems. Multi-turn searches: {searched}. "
             + ("Independent-parameter multi-turn counterexamples exist for " + ", ".join(independent_found) + "; "

@@ -1,0 +1,226 @@
+"""Counterexample files: every saved one replays, tampering and bad input are caught, records round-trip,
+and the search's robustness test rejects drops that only come from an overshooting optimizer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from seeupo import cli
+from seeupo.core import preset
+from seeupo.tabular import counterexamples as cx
+from seeupo.tabular.counterexamples import Case, Counterexample, decrease, replay, robust_decrease, tightened
+from seeupo.tabular.instances import InstanceError
+from seeupo.tabular.problems import DTYPE, sequential_bandit
+from seeupo.tabular.searches import get as get_search
+from seeupo.tabular.train import RunConfig
+
+FOLDER = Path(__file__).resolve().parents[2] / "paper_repro" / "counterexamples"
+FILES = sorted(FOLDER.glob("*.json"))
+MISSING = FOLDER / "<no counterexample files>"  # parametrized when the folder is empty, so the test fails
+
+
+def _case(example: Counterexample) -> Case:
+    """The :class:`Case` a counterexample was recorded from (start policy as probabilities)."""
+    start = None
+    if example.run.parameterization == "independent":
+        with torch.no_grad():
+            start = [p.clone() for p in example.policy().action_probs()]
+    return Case(example.problem, start, example.algorithm, example.run, example.iterations)
+
+
+def test_counterexample_folder_is_not_empty():
+    assert FILES, f"no counterexample files in {FOLDER}: run `seeupo search` (the replay tests need them)"
+
+
+@pytest.mark.parametrize("path", FILES or [MISSING], ids=lambda p: p.stem)
+def test_saved_counterexample_replays(path):
+    if path == MISSING:
+        pytest.fail(f"no counterexample files in {FOLDER}")
+    example = Counterexample.load(path)
+    result = replay(example)
+    assert result.reproduces, (
+        f"{path.name}: recorded J {result.recorded}, recomputed {result.recomputed} (max diff {result.max_abs_diff:.3e})"
+    )
+    assert len(result.recomputed) == example.iterations + 1
+    # it is a counterexample: J decreases, and no J exceeds the optimum
+    drops = [a - b for a, b in zip(result.recomputed, result.recomputed[1:])]
+    assert max(drops) > 0.0
+    assert example.largest_decrease > 0.0
+    assert max(result.recomputed) <= example.J_star + 1e-9
+    # saved by `seeupo search` under the search's name, for that search's claim
+    spec = get_search(path.stem)
+    assert example.claim == spec.claim
+    assert example.description
+
+
+@pytest.mark.parametrize("path", FILES or [MISSING], ids=lambda p: p.stem)
+def test_saved_counterexample_is_a_robust_decrease(path):
+    """The search keeps only drops that survive a more careful inner loop; the saved case still does."""
+    if path == MISSING:
+        pytest.fail(f"no counterexample files in {FOLDER}")
+    example = Counterexample.load(path)
+    tol = float(example.search.get("tol", 1e-7))
+    assert robust_decrease(_case(example), tol)
+
+
+@pytest.fixture
+def saved_file() -> Path:
+    assert FILES, f"no counterexample files in {FOLDER}"
+    return FILES[0]
+
+
+def test_untampered_copy_replays_through_the_cli(saved_file, tmp_path, capsys):
+    copy = tmp_path / saved_file.name
+    copy.write_text(saved_file.read_text())
+    assert cli.main(["replay", str(copy)]) == 0
+    assert "reproduced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("index", [0, -1])
+def test_tampered_copy_does_not_reproduce(saved_file, tmp_path, capsys, index):
+    data = json.loads(saved_file.read_text())
+    data["recorded"]["J"][index] += 1e-3
+    tampered = tmp_path / f"tampered_{saved_file.name}"
+    tampered.write_text(json.dumps(data))
+    result = replay(Counterexample.load(tampered))
+    assert not result.reproduces
+    assert result.max_abs_diff == pytest.approx(1e-3, rel=1e-6)
+    assert cli.main(["replay", str(tampered)]) == 1
+    assert "DOES NOT REPRODUCE" in capsys.readouterr().out
+    # one bad file among good ones still fails the command
+    good = tmp_path / saved_file.name
+    good.write_text(saved_file.read_text())
+    assert cli.main(["replay", str(good), str(tampered)]) == 1
+
+
+def test_tampered_instance_does_not_reproduce(saved_file, tmp_path):
+    data = json.loads(saved_file.read_text())
+    data["run"]["lr"] *= 2.0  # a different run than the one recorded
+    path = tmp_path / "changed_lr.json"
+    path.write_text(json.dumps(data))
+    assert not replay(Counterexample.load(path)).reproduces
+    assert cli.main(["replay", str(path)]) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[]",
+        json.dumps({"format": "something-else/1"}),
+        json.dumps({"format": cx.FORMAT, "claim": "B"}),  # keys missing
+    ],
+    ids=["invalid-json", "not-an-object", "wrong-format", "missing-keys"],
+)
+def test_malformed_file_exits_with_code_2(tmp_path, capsys, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InstanceError):
+        Counterexample.load(path)
+    assert cli.main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_algorithm_setting_exits_with_code_2(saved_file, tmp_path):
+    data = json.loads(saved_file.read_text())
+    data["algorithm"]["no_such_setting"] = 1
+    path = tmp_path / "bad_setting.json"
+    path.write_text(json.dumps(data))
+    assert cli.main(["replay", str(path)]) == 2
+
+
+def test_missing_file_exits_with_code_2(tmp_path):
+    assert cli.main(["replay", str(tmp_path / "absent.json")]) == 2
+
+
+def _same_problem(a, b) -> bool:
+    fields = ("initial_state_probs", "obs_probs", "rewards", "terminal")
+    same = all(
+        all(torch.equal(x, y) for x, y in zip(getattr(a, f), getattr(b, f))) if isinstance(getattr(a, f), list)
+        else torch.equal(getattr(a, f), getattr(b, f))
+        for f in fields
+    )
+    return same and (
+        a.actions_per_turn == b.actions_per_turn and a.obs_per_turn == b.obs_per_turn and a.gamma == b.gamma
+        and a.tokens == b.tokens
+    )
+
+
+@pytest.mark.parametrize("path", FILES or [MISSING], ids=lambda p: p.stem)
+def test_round_trip_to_dict_from_dict(path, tmp_path):
+    if path == MISSING:
+        pytest.fail(f"no counterexample files in {FOLDER}")
+    example = Counterexample.load(path)
+    data = example.to_dict()
+    again = Counterexample.from_dict(json.loads(json.dumps(data)))  # through JSON text, as a file is
+    assert again.to_dict() == data
+    assert again.algorithm == example.algorithm and again.run == example.run
+    assert again.J == example.J and again.J_star == example.J_star and again.iterations == example.iterations
+    assert _same_problem(again.problem, example.problem)
+    assert again.policy_state.keys() == example.policy_state.keys()
+    assert all(torch.equal(again.policy_state[k], example.policy_state[k]) for k in example.policy_state)
+    # and saving then loading gives the same record, which still replays
+    saved = tmp_path / "again.json"
+    again.save(saved)
+    assert Counterexample.load(saved).to_dict() == data
+    assert replay(Counterexample.load(saved)).reproduces
+
+
+def test_record_of_a_fresh_case_round_trips_and_replays(tmp_path):
+    problem = sequential_bandit(torch.ones(1, dtype=DTYPE), (2, 2), torch.tensor([[[1.0, 0.0], [0.0, 0.5]]], dtype=DTYPE))
+    start = [torch.tensor([[[0.3, 0.7]]], dtype=DTYPE), torch.tensor([[[0.6, 0.4], [0.2, 0.8]]], dtype=DTYPE)]
+    case = Case(problem, start, preset("seeupo", epochs=5, order="forward"), RunConfig(lr=0.05), iterations=2)
+    example = cx.record(case, "D", "a fresh record")
+    assert len(example.J) == 3
+    path = tmp_path / "fresh.json"
+    example.save(path)
+    loaded = Counterexample.load(path)
+    assert loaded.to_dict() == example.to_dict()
+    assert replay(loaded).reproduces
+    assert loaded.algorithm.order == "forward" and loaded.algorithm.m_clip == (0.8, 1.2)  # tuples come back as tuples
+
+
+# ---------------------------------------------------------------------------------------------
+# robust_decrease: a drop caused by an overshooting optimizer is not a counterexample
+# ---------------------------------------------------------------------------------------------
+
+
+def _overshooting_case() -> Case:
+    """One turn, rewards (0, 0, 0.5); SeeUPO with parameters shared through random features, one
+    Adam step of size 100: the sign step throws the policy onto a worse action. With a step 5
+    times smaller and 5 epochs the same update improves J."""
+    problem = sequential_bandit(torch.ones(1, dtype=DTYPE), (3,), torch.tensor([[0.0, 0.0, 0.5]], dtype=DTYPE))
+    run = RunConfig(parameterization="shared", init_scale=1.0, seed=3, optimizer="adam", lr=100.0)
+    return Case(problem, None, preset("seeupo", epochs=1), run, 1)
+
+
+def test_tightened_only_changes_the_inner_loop():
+    case = _overshooting_case()
+    tight = tightened(case, factor=5)
+    assert tight.run.lr == pytest.approx(case.run.lr / 5)
+    assert tight.algorithm.epochs == case.algorithm.epochs * 5
+    assert tight.algorithm.replace(epochs=case.algorithm.epochs) == case.algorithm
+    assert dataclasses.replace(tight.run, lr=case.run.lr) == case.run
+    assert tight.problem is case.problem and tight.iterations == case.iterations
+
+
+def test_robust_decrease_rejects_an_overshoot():
+    case = _overshooting_case()
+    tol = 1e-7
+    assert decrease(case) > tol, "precondition: the huge step lowers J"
+    assert decrease(tightened(case)) <= tol, "precondition: a careful inner loop does not"
+    assert not robust_decrease(case, tol)
+
+
+def test_robust_decrease_needs_both_drops(monkeypatch):
+    """The rule itself: a drop counts only if it survives tightening (whatever the engine does)."""
+    case = _overshooting_case()
+    for drawn, careful, expected in [(1.0, 0.0, False), (1.0, 1.0, True), (0.0, 1.0, False), (0.0, 0.0, False)]:
+        monkeypatch.setattr(cx, "decrease", lambda c, d=drawn, k=careful: d if c.run.lr == case.run.lr else k)
+        assert robust_decrease(case, 1e-7) is expected
