@@ -27,7 +27,7 @@ settings.register_profile(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=12,
+    max_examples=15,
     print_blob=True,
     suppress_health_check=_SUPPRESSED,
 )
