@@ -116,18 +116,18 @@ SEARCHES: list[SearchSpec] = [
         lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_mt()),
     ),
     SearchSpec(
-        "gspo_st_stochastic", "Table1-GSPO-ST",
+        "gspo_st_stochastic", "T1-GSPO-ST",
         "GSPO, single turn, stochastic outcomes, one-token actions (the sequence ratio equals the token ratio)",
         lambda: ppu_cases(preset("gspo"), _stochastic_st()),
     ),
     SearchSpec(
-        "gspo_st_stochastic_tokens", "Table1-GSPO-ST",
+        "gspo_st_stochastic_tokens", "T1-GSPO-ST",
         "GSPO, single turn, stochastic outcomes, actions of 2 tokens (the sequence ratio differs from a token ratio)",
         lambda: ppu_cases(preset("gspo"), _stochastic_st_tokens()),
         max_examples=400,
     ),
     SearchSpec(
-        "gspo_mean_st_stochastic", "Table1-GSPO-ST",
+        "gspo_mean_st_stochastic", "T1-GSPO-ST",
         "Control: GSPO with mean-centred GRAE (no std scaling), single turn, stochastic outcomes, 2-token actions",
         lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st_tokens()),
     ),
@@ -137,7 +137,7 @@ SEARCHES: list[SearchSpec] = [
         lambda: ppu_cases(preset("seeupo"), _stochastic_mt()),
     ),
     SearchSpec(
-        "seeupo_mt_shared", "D-shared",
+        "seeupo_mt_shared", "D",
         "SeeUPO with parameters shared across turns and histories (outside the theory)",
         lambda: ppu_cases(preset("seeupo"), _bandit_mt(), parameterization="shared"),
     ),
@@ -147,7 +147,7 @@ SEARCHES: list[SearchSpec] = [
         lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [0.1, 0.5, 1.0]),
     ),
     SearchSpec(
-        "rloo_mt_large_step", "L-pg-any-step",
+        "rloo_mt_large_step", "A",
         "RLOO, two turns, a large step size (10 or 50): exact tabular softmax PG steps are monotone for any step",
         lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [10.0, 50.0]),
     ),

@@ -81,3 +81,11 @@ def test_all_claims_get_a_verdict_and_the_report_serialises():
     md = markdown(report)
     for claim in CLAIMS:
         assert f"| {claim.id} |" in md and f"## {claim.id}:" in md
+
+
+def test_every_search_names_a_registered_claim():
+    from seeupo.tabular.searches import SEARCHES
+
+    ids = {c.id for c in CLAIMS}
+    for spec in SEARCHES:
+        assert spec.claim in ids, f"search {spec.name} names claim {spec.claim!r}, not in the registry"
