@@ -43,9 +43,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    for key, allowed in (("modes", {"exact", "sampled"}), ("parameterizations", {"independent", "shared"})):
+    for key, flag, allowed in (("modes", "--modes", {"exact", "sampled"}), ("parameterizations", "--params", {"independent", "shared"})):
         if key in overrides and not set(overrides[key]) <= allowed:
-            raise UsageError(f"--{key[:6] if key == 'parameterizations' else key} accepts {sorted(allowed)}, got {list(overrides[key])}")
+            raise UsageError(f"{flag} accepts {sorted(allowed)}, got {list(overrides[key])}")
     for key in ("instances", "iterations", "workers", "turns_mt"):
         if key in overrides and overrides[key] < 1:
             raise UsageError(f"--{key.split('_')[0]} must be at least 1")

@@ -88,6 +88,8 @@ def test_generate_then_exact(tmp_path, seeupo):
 def test_verify_bad_options_exit_2(tmp_path, seeupo):
     out = seeupo("verify", "--quick", "--modes", "exact,magic", "--out", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
+    out = seeupo("verify", "--quick", "--params", "independent,tied", "--out", str(tmp_path))
+    assert out.returncode == 2 and "--params accepts" in out.stderr
     out = seeupo("verify", "--quick", "--instances", "0", "--out", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
 

@@ -97,18 +97,10 @@ class SampleBatch:
         return dataclasses.replace(self, **changes)
 
 
-def per_trajectory(values: Tensor, batch: SampleBatch, reduce: str = "first") -> Tensor:
-    """Collapse a per-row tensor to one value per trajectory (``[n_traj]``).
-
-    ``reduce="first"`` takes the value of any row (for quantities that are constant
-    within a trajectory, such as its return); ``"sum"`` adds the rows.
-    """
+def per_trajectory(values: Tensor, batch: SampleBatch) -> Tensor:
+    """One value per trajectory (``[n_traj]``) from a per-row tensor that is constant within a trajectory."""
     out = torch.zeros(batch.num_trajectories, dtype=values.dtype, device=values.device)
-    if reduce == "sum":
-        return out.index_add_(0, batch.traj_id, values)
-    if reduce == "first":
-        return out.index_copy_(0, batch.traj_id, values)
-    raise ValueError(f"unknown reduce {reduce!r}; expected 'first' or 'sum'")
+    return out.index_copy_(0, batch.traj_id, values)
 
 
 def segment_sum(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:

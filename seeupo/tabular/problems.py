@@ -221,23 +221,3 @@ def random_tree_mdp(
         n *= a * o
     return TreeMDP(rho, tuple(actions_per_turn), tuple(obs_per_turn), obs, rew, term, gamma)
 
-
-def stack(problems: list[TreeMDP]) -> TreeMDP:
-    """Concatenate problems of the same shape along the instance axis."""
-    first = problems[0]
-    for p in problems[1:]:
-        if (p.actions_per_turn, p.obs_per_turn, p.tokens, p.gamma, p.num_initial_states) != (
-            first.actions_per_turn, first.obs_per_turn, first.tokens, first.gamma, first.num_initial_states
-        ):
-            raise ValueError("stack needs problems of the same shape, tokens and gamma")
-    return TreeMDP(
-        torch.cat([p.initial_state_probs for p in problems]),
-        first.actions_per_turn,
-        first.obs_per_turn,
-        [torch.cat([p.obs_probs[t] for p in problems]) for t in range(first.num_turns)],
-        [torch.cat([p.rewards[t] for p in problems]) for t in range(first.num_turns)],
-        [torch.cat([p.terminal[t] for p in problems]) for t in range(first.num_turns)],
-        first.gamma,
-        first.tokens,
-        first.reward_noise,
-    )

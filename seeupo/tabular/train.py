@@ -8,7 +8,7 @@ exact ``J`` of every instance after every iteration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
@@ -64,7 +64,6 @@ class History:
     J_star: Tensor
     kl: Tensor  # [iterations, I], KL(pi_k+1 || pi_k) under d_{pi_k+1}
     policy: TabularPolicy
-    extra: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def gap(self) -> Tensor:

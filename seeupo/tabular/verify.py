@@ -26,7 +26,7 @@ import json
 import multiprocessing as mp
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -165,7 +165,6 @@ class CellResult:
     worst_J: list[float]
     J_star_worst: float
     seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def make_problems(cfg: VerifyConfig, turns: int) -> TreeMDP:

@@ -75,7 +75,7 @@ def _problems(kind: str, budget: Budget, seed: int = 0):
     raise ValueError(kind)
 
 
-def _exact_runs(cfg, kind: str, budget: Budget, *, lr: float = 0.05, optimizer: str = "adam",
+def _runs(cfg, kind: str, budget: Budget, *, lr: float = 0.05, optimizer: str = "adam",
                 iterations: int | None = None, parameterization: str = "independent", mode: str = "exact") -> dict[str, Any]:
     """Runs on a batch of random problems (exact mode unless ``mode="sampled"``): violations and final gaps."""
     problem = _problems(kind, budget)
@@ -128,8 +128,8 @@ def check_a(budget: Budget) -> Verdict:
     from seeupo.theory.discounting import group_std_contrast, symbolic_gradient_identity
 
     runs = {
-        "rloo_mt_tree": _exact_runs(preset("rloo"), "mt_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10),
-        "rloo_st_tree": _exact_runs(preset("rloo"), "st_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10),
+        "rloo_mt_tree": _runs(preset("rloo"), "mt_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10),
+        "rloo_st_tree": _runs(preset("rloo"), "st_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10),
     }
     searches = [_search("rloo_mt_small_step", budget), _search("rloo_mt_large_step", budget)]
     identity = symbolic_gradient_identity()
@@ -172,8 +172,8 @@ def check_b(budget: Budget) -> Verdict:
 
 
 def check_c(budget: Budget) -> Verdict:
-    rloo = _exact_runs(preset("rloo"), "mt_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10)
-    seeupo_runs = _exact_runs(preset("seeupo", epochs=40), "mt_tree", budget)
+    rloo = _runs(preset("rloo"), "mt_tree", budget, lr=5.0, optimizer="sgd", iterations=budget.iterations * 10)
+    seeupo_runs = _runs(preset("seeupo", epochs=40), "mt_tree", budget)
     searches = {name: _search(name, budget) for name in ("grpo_mt_bandit", "grpo_mt_stochastic", "gspo_mt_token",
                                                             "gspo_mean_mt_stochastic", "seeupo_mt_shared")}
     evidence = {"rloo_mt_exact": rloo, "seeupo_mt_exact": seeupo_runs, "searches": searches}
@@ -202,7 +202,7 @@ def check_d(budget: Budget) -> Verdict:
         problem = _problems(kind, budget, seed=1)
         hist = run(problem, preset("seeupo"), RunConfig(update="mirror", mirror_beta=0.0, iterations=1))
         mirror[kind] = {"instances": problem.num_instances, "max_gap_after_one_sweep": float(hist.gap[-1].max())}
-    gradient = _exact_runs(preset("seeupo", epochs=40), "mt_tree", budget)
+    gradient = _runs(preset("seeupo", epochs=40), "mt_tree", budget)
     stochastic = _search("seeupo_mt_stochastic", budget)
     shared = _search("seeupo_mt_shared", budget)
     evidence = {"argmax_reverse_one_sweep": mirror, "exact_gradient_runs": gradient, "search_independent": stochastic,
@@ -305,8 +305,8 @@ def _measure_defect(name: str, fixed: dict[str, Any], defect: dict[str, Any], ki
         evidence: dict[str, Any] = {"settings_without": fixed, "settings_with": defect}
         parts = []
         for mode, overrides in (("exact", {}), ("sampled", {"epochs": 2, "minibatches": 2})):
-            good = _exact_runs(preset("seeupo", **{**overrides, **fixed}), kind, budget, mode=mode, iterations=budget.iterations * (1 if mode == "exact" else 4))
-            bad = _exact_runs(preset("seeupo", **{**overrides, **defect}), kind, budget, mode=mode, iterations=budget.iterations * (1 if mode == "exact" else 4))
+            good = _runs(preset("seeupo", **{**overrides, **fixed}), kind, budget, mode=mode, iterations=budget.iterations * (1 if mode == "exact" else 4))
+            bad = _runs(preset("seeupo", **{**overrides, **defect}), kind, budget, mode=mode, iterations=budget.iterations * (1 if mode == "exact" else 4))
             evidence[mode] = {"without_defect": good, "with_defect": bad}
             parts.append(f"{mode}: mean final gap {bad['mean_final_gap']:.2e} with the defect vs {good['mean_final_gap']:.2e} "
                          f"without, J decreases {bad['J_decreases']} vs {good['J_decreases']}")
