@@ -290,34 +290,52 @@ def _require_llm_extra() -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     _require_llm_extra()
     from seeupo.llm.config import load_train_config
+    from seeupo.llm.distributed import launched_by_torchrun, shutdown
     from seeupo.llm.metrics import METRICS_FILE
-    from seeupo.llm.trainer import Trainer, TrainingDiverged
+    from seeupo.llm.trainer import Trainer
 
     overrides = list(args.set) + ([f"out_dir={args.out}"] if args.out else [])
     cfg = load_train_config(args.config, overrides)
     out = writable_dir(cfg.out_dir, "--out")
     if (out / METRICS_FILE).exists() and not args.resume:
         raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
-    trainer = Trainer(cfg)
-    say = print
-    if cfg.logging.progress and not args.no_progress:
+    env = None
+    if launched_by_torchrun():  # torchrun --nproc-per-node N -m seeupo train ...: FSDP2 data parallelism
+        from seeupo.llm.distributed import init_distributed
+
+        env = init_distributed()
+    try:
+        return _train(cfg, args, Trainer(cfg, dist=env), out)
+    finally:
+        if env is not None:
+            shutdown()
+
+
+def _train(cfg, args: argparse.Namespace, trainer, out: Path) -> int:
+    from seeupo.llm.metrics import METRICS_FILE
+    from seeupo.llm.trainer import TrainingDiverged
+
+    say = print if trainer.is_main else (lambda *a, **k: None)
+    progress = not args.no_progress and cfg.logging.progress
+    if progress and trainer.is_main:
         from tqdm import tqdm
 
         say = tqdm.write
     try:
-        for metrics in trainer.run(resume=args.resume, progress=not args.no_progress and cfg.logging.progress):
+        for metrics in trainer.run(resume=args.resume, progress=progress):
             shown = {k: metrics[k] for k in ("reward/mean", "bridge/J", "bridge/J_star", "actor/kl") if k in metrics}
             say("  ".join([f"step {trainer.step_count}"] + [f"{k} {v:.4f}" for k, v in shown.items()]))
     except TrainingDiverged as err:
-        print(f"seeupo train: stopped: {err}", file=sys.stderr)
+        if trainer.is_main:
+            print(f"seeupo train: stopped: {err}", file=sys.stderr)
         return 1
-    print(f"Wrote {out / METRICS_FILE} and checkpoints under {out / 'checkpoints'}.")
+    say(f"Wrote {out / METRICS_FILE} and checkpoints under {out / 'checkpoints'}.")
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     _require_llm_extra()
-    from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint
+    from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights
     from seeupo.llm.config import load_train_config
     from seeupo.llm.evaluate import evaluate_policy, markdown
     from seeupo.llm.trainer import Trainer
@@ -332,9 +350,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise InputError(None, f"argument --checkpoint: no checkpoint in {path} (expected a run folder or a checkpoints/step_N folder)")
     trainer = Trainer(cfg, prepare=checkpoint is None)
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint)
-        trainer.model.load_state_dict(state["model"])
-        trainer.step_count = state["trainer"]["step"]
+        load_model_weights(checkpoint, trainer.model)
+        trainer.step_count = load_checkpoint(checkpoint)["trainer"]["step"]
     scores = evaluate_policy(trainer, args.k, out, max_tasks=args.max_tasks, progress=not args.no_progress)
     print(markdown(scores, args.k), end="")
     print(f"Wrote {out / 'episodes.jsonl'}, {out / 'summary.json'} and {out / 'summary.md'}.")

@@ -41,6 +41,10 @@ class SampleBatch:
         independent problems can be updated in one batched call. Always 0 for LLM runs.
       data: layer-specific payload, indexed like the rows (tabular: ``hist``, ``action``;
         LLM: token ids). The algorithm core never reads it; policies do.
+      owner: ``[n]`` long or ``None``; with data parallelism (:mod:`seeupo.core.parallel`), the
+        process that holds the row's payload and runs it through the model. Every process
+        holds every row's metadata (ids, rewards, masks, ``logp_old``); only the owner's
+        ``data`` is meaningful. ``None`` in a single process.
     """
 
     traj_id: Tensor
@@ -54,12 +58,13 @@ class SampleBatch:
     weight: Tensor
     instance: Tensor
     data: dict[str, Tensor] = field(default_factory=dict)
+    owner: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.traj_id.shape[0]
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            tensors = value.values() if isinstance(value, dict) else [value]
+            tensors = value.values() if isinstance(value, dict) else [] if value is None else [value]
             for tensor in tensors:
                 if tensor.shape[0] != n:
                     raise ValueError(f"SampleBatch.{f.name} has {tensor.shape[0]} rows, expected {n}")
@@ -89,6 +94,8 @@ class SampleBatch:
             value = getattr(self, f.name)
             if isinstance(value, dict):
                 kwargs[f.name] = {k: v[rows] for k, v in value.items()}
+            elif value is None:
+                kwargs[f.name] = None
             else:
                 kwargs[f.name] = value[rows]
         return SampleBatch(**kwargs)

@@ -17,6 +17,7 @@ from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients, sequence_log_ratio
+from seeupo.core.parallel import DataParallel, owned, score_rows
 
 Tensor = torch.Tensor
 
@@ -107,30 +108,51 @@ def minibatch_plan(
     return plan
 
 
-def micro_batch_plan(batch: SampleBatch, max_rows: int | None, *, whole_trajectories: bool) -> list[Tensor]:
-    """Row indices of the forward/backward passes of one optimizer step, at most ``max_rows`` rows each.
+def micro_batch_plan(
+    batch: SampleBatch,
+    max_rows: int | None,
+    *,
+    whole_trajectories: bool,
+    max_tokens: int | None = None,
+    row_tokens: Tensor | None = None,
+) -> list[Tensor]:
+    """Row indices of the forward/backward passes of one optimizer step.
 
-    ``max_rows=None`` is one pass. With ``whole_trajectories`` (a trajectory-level ratio
-    needs every row of its trajectory in the same pass) a pass holds whole trajectories, and
-    a trajectory longer than ``max_rows`` gets a pass of its own.
+    Rows are packed in order into passes of at most ``max_rows`` rows and at most ``max_tokens``
+    tokens (``row_tokens[i]``: the tokens row ``i`` puts through the model, context included), so
+    that long multi-turn contexts get passes of few rows and short ones share a pass (a
+    dynamic batch size). ``None`` lifts a limit; with neither, the step is one pass. With
+    ``whole_trajectories`` (a trajectory-level ratio needs every row of its trajectory in the
+    same pass) the units packed are whole trajectories. A unit over a limit gets a pass of its own.
     """
-    rows = torch.arange(batch.num_rows, device=batch.traj_id.device)
-    if max_rows is None or batch.num_rows <= max_rows:
+    n = batch.num_rows
+    rows = torch.arange(n, device=batch.traj_id.device)
+    if max_tokens is not None and row_tokens is None:
+        raise ValueError("max_tokens needs row_tokens, the tokens of each row")
+    for name, limit in (("max_rows", max_rows), ("max_tokens", max_tokens)):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{name} must be >= 1, got {limit}")
+    cost = row_tokens.to(torch.long).cpu() if row_tokens is not None else torch.zeros(n, dtype=torch.long, device="cpu")
+    if (max_rows is None or n <= max_rows) and (max_tokens is None or int(cost.sum()) <= max_tokens):
         return [rows]
-    if max_rows < 1:
-        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    if not whole_trajectories:
-        return list(rows.split(max_rows))
-    by_traj = rows[torch.argsort(batch.traj_id, stable=True)]
-    sizes = torch.bincount(batch.traj_id[by_traj]).tolist()
+    if whole_trajectories:
+        by_traj = rows[torch.argsort(batch.traj_id, stable=True)]
+        units = list(by_traj.split([s for s in torch.bincount(batch.traj_id[by_traj]).tolist() if s > 0]))
+    else:
+        units = list(rows.split(1))
     plan: list[Tensor] = []
-    start = end = 0
-    for size in (s for s in sizes if s > 0):
-        if end > start and end - start + size > max_rows:
-            plan.append(by_traj[start:end])
-            start = end
-        end += size
-    plan.append(by_traj[start:end])
+    current: list[Tensor] = []
+    size = tokens = 0
+    for unit in units:
+        unit_tokens = int(cost[unit.cpu()].sum())
+        too_many = max_rows is not None and size + unit.numel() > max_rows
+        too_long = max_tokens is not None and tokens + unit_tokens > max_tokens
+        if current and (too_many or too_long):
+            plan.append(torch.cat(current))
+            current, size, tokens = [], 0, 0
+        current.append(unit)
+        size, tokens = size + unit.numel(), tokens + unit_tokens
+    plan.append(torch.cat(current))
     return plan
 
 
@@ -165,20 +187,32 @@ def _optimizer_step(
     stats: UpdateStats,
     micro_batch_rows: int | None = None,
     max_grad_norm: float | None = None,
+    micro_batch_tokens: int | None = None,
+    row_tokens: Tensor | None = None,
+    dp: DataParallel | None = None,
 ) -> None:
     """One optimizer step on ``batch``, as one or several accumulated forward/backward passes.
 
     The aggregation's normalisers come from the whole ``batch`` (:func:`row_coefficients`),
-    so the accumulated gradient equals the one-pass gradient.
+    so the accumulated gradient equals the one-pass gradient. With ``dp`` this process passes
+    only its own rows (padded with empty passes to the largest count over the processes) and
+    the diagnostics are summed over the processes.
     """
     if cfg.kl_coef > 0.0 and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     coef = row_coefficients(batch, cfg.aggregation)
     token_coef = row_coefficients(batch, "token_mean")
     whole_trajectories = cfg.update == "ppo" and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
+    mine = owned(batch, dp).nonzero().squeeze(1)
+    plan = [mine[rows] for rows in micro_batch_plan(
+        batch.select(mine), micro_batch_rows, whole_trajectories=whole_trajectories,
+        max_tokens=micro_batch_tokens, row_tokens=row_tokens[mine] if row_tokens is not None else None,
+    )]
+    if dp is not None:  # every process makes as many passes (the model's collectives must match)
+        plan += [mine[:0]] * (int(dp.max(len(plan))) - len(plan))
     optimizer.zero_grad(set_to_none=True)
     objective_sum = kl_sum = clipped_mass = 0.0
-    for rows in micro_batch_plan(batch, micro_batch_rows, whole_trajectories=whole_trajectories):
+    for rows in plan:
         micro = batch.select(rows)
         logp = policy.token_logps(micro)
         objective, info = policy_objective(
@@ -205,6 +239,9 @@ def _optimizer_step(
             loss.backward()
         objective_sum += float(objective.detach())
         clipped_mass += info["clipped_mass"]
+    if dp is not None:
+        sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass], dtype=torch.float64, device="cpu"))
+        objective_sum, kl_sum, clipped_mass = sums.tolist()
     params = [p for p in policy.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm is not None else math.inf))
     if math.isfinite(objective_sum) and math.isfinite(kl_sum) and math.isfinite(grad_norm):
@@ -234,23 +271,24 @@ def misaligned_m_keys(batch: SampleBatch, generator: torch.Generator | None) -> 
     return batch.traj_id[perm.to(batch.traj_id.device)]
 
 
-def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor:
+def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None) -> Tensor:
     """Per-row ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` of one turn's rows: the factor of ``M``.
 
     The true sequence ratio (product of token ratios), or its geometric mean with
     ``cfg.m_length_norm``; 1 on placeholders; each factor clipped to ``cfg.m_clip`` with
-    ``cfg.m_factor="clipped"``.
+    ``cfg.m_factor="clipped"``. With ``dp``, each row is scored by its owner (:func:`score_rows`).
     """
     with torch.no_grad():
         mask = turn_batch.token_mask & turn_batch.valid[:, None]
-        log_ratio = sequence_log_ratio(
-            policy.token_logps(turn_batch), turn_batch.logp_old, mask, length_norm=cfg.m_length_norm
-        )
+        logp = score_rows(policy.token_logps, turn_batch, dp).to(turn_batch.logp_old.device)
+        log_ratio = sequence_log_ratio(logp, turn_batch.logp_old, mask, length_norm=cfg.m_length_norm)
         ratio = torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
         return ratio.clamp(*cfg.m_clip) if cfg.m_factor == "clipped" else ratio
 
 
-def current_factor(policy: Policy, batch: SampleBatch, turns: list[int], cfg: AlgorithmConfig) -> Tensor:
+def current_factor(
+    policy: Policy, batch: SampleBatch, turns: list[int], cfg: AlgorithmConfig, dp: DataParallel | None = None
+) -> Tensor:
     """``[n_traj]`` the factor of ``M`` under the current policy: ``prod_{k in turns} pi(a_k|h_k) / pi_old(a_k|h_k)``.
 
     Compared with the factor recorded during a sweep, it measures how stale the recorded one
@@ -260,7 +298,7 @@ def current_factor(policy: Policy, batch: SampleBatch, turns: list[int], cfg: Al
     for t in turns:
         rows = batch.turn == t
         traj = batch.traj_id[rows]
-        factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg).to(factor.dtype)
+        factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg, dp).to(factor.dtype)
         if cfg.m_factor == "clipped":
             factor = factor.clamp(*cfg.m_clip)
     return factor
@@ -273,6 +311,7 @@ def sequential_sweep(
     cfg: AlgorithmConfig,
     update_turn: Callable[[Tensor, Tensor], None],
     generator: torch.Generator | None = None,
+    dp: DataParallel | None = None,
 ) -> tuple[list[int], Tensor]:
     """The HAML loop of PAPER.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
 
@@ -281,7 +320,8 @@ def sequential_sweep(
     ``F[traj] *= pi_new(a_t | h_t) / pi_old(a_t | h_t)`` for the same trajectories
     (:func:`turn_ratio`). ``F`` is indexed by ``traj_id``, so re-ordering the rows cannot
     misalign it. ``cfg.m_alignment="shuffled"`` (an ablation: the reference code's defect)
-    only changes which trajectory's factor each row reads.
+    only changes which trajectory's factor each row reads. With ``dp`` every process runs the
+    same sweep on the same global batch (:mod:`seeupo.core.parallel`).
 
     Returns:
       ``(order, F)`` with ``F`` the final per-trajectory factor.
@@ -292,11 +332,11 @@ def sequential_sweep(
     for i, t in enumerate(order):
         rows = batch.turn == t
         if cfg.m_refresh and cfg.m_factor != "none":  # an ablation: the factor of the current policy
-            factor = current_factor(policy, batch, order[:i], cfg).to(factor.dtype)
+            factor = current_factor(policy, batch, order[:i], cfg, dp).to(factor.dtype)
         update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])
         if cfg.m_factor != "none":
             traj = batch.traj_id[rows]
-            factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg).to(factor.dtype)
+            factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg, dp).to(factor.dtype)
             if cfg.m_factor == "clipped":  # the running product is clipped too (reference code)
                 factor = factor.clamp(*cfg.m_clip)
     return order, factor
@@ -312,8 +352,11 @@ def policy_update(
     logp_ref: Tensor | None = None,
     generator: torch.Generator | None = None,
     micro_batch_rows: int | None = None,
+    micro_batch_tokens: int | None = None,
+    row_tokens: Tensor | None = None,
     max_grad_norm: float | None = None,
     track_m_drift: bool = False,
+    dp: DataParallel | None = None,
 ) -> UpdateStats:
     """Update ``policy`` on ``batch`` with per-token ``advantages`` following ``cfg``.
 
@@ -327,18 +370,27 @@ def policy_update(
       generator: the source of minibatch permutations and random turn orders.
       micro_batch_rows: rows per forward/backward pass (gradient accumulation; the step is
         exactly the one-pass step); ``None``: the whole minibatch in one pass.
+      micro_batch_tokens, row_tokens: at most this many tokens per pass, with ``row_tokens[i]``
+        the tokens row ``i`` puts through the model (:func:`micro_batch_plan`).
       max_grad_norm: clip the gradient's global norm before each optimizer step.
       track_m_drift: after a sequential sweep, also record ``stats.m_current``, the factor of
         ``M`` under the final policy, to compare with the recorded ``stats.m_final``.
+      dp: data parallelism: this process's rank among processes that all call this function
+        with the same global batch (:mod:`seeupo.core.parallel`); the result is the
+        single-process update.
     """
     stats = UpdateStats()
 
     def steps_on(rows: Tensor, weight: Tensor, epochs: int, minibatches: int) -> None:
         sub = batch.select(rows)
         sub_ref = logp_ref[rows] if logp_ref is not None else None
+        sub_tokens = row_tokens[rows] if row_tokens is not None else None
         for part in minibatch_plan(sub, epochs, minibatches, generator):
-            ref = sub_ref[part] if sub_ref is not None else None
-            _optimizer_step(policy, optimizer, sub.select(part), weight[part], cfg, ref, stats, micro_batch_rows, max_grad_norm)
+            _optimizer_step(
+                policy, optimizer, sub.select(part), weight[part], cfg, sub_ref[part] if sub_ref is not None else None,
+                stats, micro_batch_rows, max_grad_norm, micro_batch_tokens,
+                sub_tokens[part] if sub_tokens is not None else None, dp,
+            )
 
     if cfg.schedule == "simultaneous":
         steps_on(torch.ones_like(batch.valid), advantages, cfg.epochs, cfg.minibatches)
@@ -349,8 +401,8 @@ def policy_update(
         minibatches = min(cfg.minibatches, budget)
         epochs = budget // minibatches
     stats.turn_order, stats.m_final = sequential_sweep(
-        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator
+        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator, dp
     )
     if track_m_drift:
-        stats.m_current = current_factor(policy, batch, stats.turn_order, cfg)
+        stats.m_current = current_factor(policy, batch, stats.turn_order, cfg, dp)
     return stats

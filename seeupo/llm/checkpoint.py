@@ -1,11 +1,17 @@
 """Resumable checkpoints: everything a run needs to continue as if it had never stopped.
 
-A checkpoint is a folder ``checkpoints/step_<N>/`` holding ``state.pt`` (model, optimizer
-and scheduler states, the random-number generators of Python, NumPy and torch, and the
-trainer's own state: step, data position) and ``meta.json`` (step, time, config). It is
-written under a temporary name and renamed into place, and ``checkpoints/latest`` is
-replaced atomically after it, so a crash at any moment leaves the last complete checkpoint
-usable.
+A checkpoint is a folder ``checkpoints/step_<N>/`` holding
+
+* ``sharded/``: the models' and optimizers' state dicts, written with
+  ``torch.distributed.checkpoint`` (DCP): each process writes its own shards, and a run may
+  resume on any number of processes, one included (DCP re-shards on load);
+* ``state.pt``: the small replicated state (scheduler, the trainer's step counters);
+* ``rng_<rank>.pt``: each process's random-number generators (Python, NumPy, torch);
+* ``meta.json``: step, time, config, number of processes.
+
+It is written under a temporary name and renamed into place once every process has written
+its part, and ``checkpoints/latest`` is replaced atomically after it, so a crash at any moment
+leaves the last complete checkpoint usable (``state.pt`` is written last).
 """
 
 from __future__ import annotations
@@ -47,28 +53,77 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(root: str | Path, step: int, state: dict[str, Any], meta: dict[str, Any] | None = None, keep: int | None = None) -> Path:
-    """Write ``state`` as the checkpoint of ``step`` under ``root`` and point ``root/latest`` at it.
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _dcp(function, *args, **kwargs):
+    """A ``torch.distributed.checkpoint`` call; in a single process, without its warning that it is one."""
+    import warnings
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return function(*args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        return function(*args, **kwargs)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    state: dict[str, Any],
+    meta: dict[str, Any] | None = None,
+    keep: int | None = None,
+    *,
+    sharded: dict[str, Any] | None = None,
+) -> Path:
+    """Write the checkpoint of ``step`` under ``root`` and point ``root/latest`` at it.
+
+    With a process group, every process calls this (``root`` on a filesystem they share).
 
     Args:
-      state: anything ``torch.save`` takes (state dicts, RNG states, plain values).
+      state: the replicated state, anything ``torch.save`` takes (process 0 writes it).
       meta: JSON-ready facts shown to people (``meta.json``).
       keep: keep only the newest ``keep`` checkpoints (``None``: all).
+      sharded: state dicts of models and optimizers (``torch.distributed.checkpoint.state_dict
+        .get_state_dict``), written by every process with ``torch.distributed.checkpoint``.
     """
+    import torch.distributed.checkpoint as dcp
+
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
     tmp = root / f".step_{step:08d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(state, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "time": time.time(), **(meta or {})}, indent=1) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    _write_atomic(root / LATEST, final.name + "\n")
-    if keep is not None:
-        for old in sorted(root.glob("step_*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+    rank = _rank()
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    _barrier()
+    if sharded is not None:
+        _dcp(dcp.save, sharded, checkpoint_id=tmp / "sharded")
+    torch.save(rng_state(), tmp / f"rng_{rank}.pt")
+    _barrier()
+    if rank == 0:
+        torch.save(state, tmp / "state.pt")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "time": time.time(), **(meta or {})}, indent=1) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _write_atomic(root / LATEST, final.name + "\n")
+        if keep is not None:
+            for old in sorted(root.glob("step_*"))[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    _barrier()
     return final
 
 
@@ -87,3 +142,29 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The ``state`` saved in checkpoint folder ``path`` (on the CPU)."""
     return torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
+
+
+def load_sharded(path: str | Path, template: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``template`` (state dicts shaped like this process's, e.g. from ``get_state_dict``)
+    from the ``sharded/`` part of checkpoint ``path``, whatever number of processes wrote it."""
+    import torch.distributed.checkpoint as dcp
+
+    _dcp(dcp.load, template, checkpoint_id=Path(path) / "sharded")
+    return template
+
+
+def load_rng(path: str | Path) -> dict[str, Any] | None:
+    """This process's generator states of checkpoint ``path`` (process 0's when it had fewer processes)."""
+    path = Path(path)
+    for name in (f"rng_{_rank()}.pt", "rng_0.pt"):
+        if (path / name).exists():
+            return torch.load(path / name, map_location="cpu", weights_only=False)
+    return None
+
+
+def load_model_weights(path: str | Path, model: torch.nn.Module) -> None:
+    """Load the policy weights of checkpoint ``path`` into ``model`` (a plain or sharded model)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = load_sharded(path, {"model": get_model_state_dict(model)})
+    set_model_state_dict(model, state["model"])

@@ -20,6 +20,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     out_dir: runs/seeupo
     logging: {tensorboard: false, wandb_project: null, progress: true}
     checkpoint: {every: 10, keep: 2}
+    parallel: {mixed_precision: bf16, activation_checkpointing: true, cpu_offload: false}  # torchrun only
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class OptimConfig:
 
     micro_batch_rows: rows per forward/backward pass (gradient accumulation is exact, see
       :func:`seeupo.core.update.policy_update`); ``null`` for the whole minibatch at once.
+    micro_batch_tokens: at most this many tokens (context + response of each row) per
+      forward/backward pass, so that long multi-turn contexts fit (a dynamic batch size;
+      verl's ``ppo_max_token_len_per_gpu``); ``null``: no token limit.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -97,6 +101,7 @@ class OptimConfig:
     warmup_steps: int = 0
     max_grad_norm: float | None = 1.0
     micro_batch_rows: int | None = None
+    micro_batch_tokens: int | None = None
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 
@@ -114,6 +119,24 @@ class LoggingConfig:
     wandb_project: str | None = None
     progress: bool = True
     m_drift: bool = False
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Several processes (``torchrun``; see :mod:`seeupo.llm.distributed` and docs/distributed.md).
+
+    Read only when the run is launched by ``torchrun``; a plain ``seeupo train`` is one process.
+    mixed_precision: ``"bf16"`` runs forward and backward passes in bfloat16 over float32 master
+      weights (FSDP2 ``MixedPrecisionPolicy``, gradients reduced in float32); ``"none"``: the
+      parameters' own dtype (``model.dtype``).
+    activation_checkpointing: recompute each decoder layer's activations in the backward pass.
+    cpu_offload: keep parameters, gradients and optimizer state on the CPU between uses (FSDP2
+      ``CPUOffloadPolicy``): less GPU memory, slower steps.
+    """
+
+    mixed_precision: Literal["none", "bf16"] = "none"
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +161,7 @@ class TrainConfig:
     out_dir: str = "runs/seeupo"
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON/YAML-ready; ``TrainConfig.from_dict(cfg.to_dict()) == cfg``."""
@@ -161,7 +185,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "tasks_per_step": (1, 100_000), "temperature": (1e-3, 100.0), "top_p": (1e-6, 1.0), "max_new_tokens": (1, 1_000_000),
     "max_turns": (1, 1000), "max_context": (1, 10_000_000), "lr": (0.0, 1.0), "critic_lr": (0.0, 1.0),
     "weight_decay": (0.0, 10.0), "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "warmup_steps": (0, 10**9),
-    "max_grad_norm": (1e-12, 1e12), "micro_batch_rows": (1, 10**9), "max_non_finite": (1, 10**6),
+    "max_grad_norm": (1e-12, 1e12), "micro_batch_rows": (1, 10**9), "micro_batch_tokens": (1, 10**12), "max_non_finite": (1, 10**6),
     "steps": (1, 10**9), "seed": (0, 2**63 - 1), "every": (1, 10**9), "keep": (1, 10**6),
 }
 

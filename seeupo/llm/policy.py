@@ -40,6 +40,7 @@ from typing import Iterable, Iterator
 import torch
 
 from seeupo.core.batch import SampleBatch
+from seeupo.core.parallel import DataParallel
 
 Tensor = torch.Tensor
 
@@ -109,6 +110,29 @@ def micro_batches(
         start += count
 
 
+def _passes(
+    lengths: Tensor, rows: Tensor, micro_batch_size: int, max_tokens: int | None, collective: DataParallel | None
+) -> list[Tensor | None]:
+    """The micro-batches of :func:`micro_batches`; with ``collective``, padded with ``None`` (a dummy
+    pass) to the largest count over the processes, so that a sharded model's collectives match."""
+    passes: list[Tensor | None] = list(micro_batches(lengths, rows, micro_batch_size, max_tokens))
+    if collective is not None:
+        passes += [None] * (int(collective.max(len(passes))) - len(passes))
+    return passes
+
+
+def _dummy_pass(model: torch.nn.Module, device: torch.device, head: torch.nn.Module | None = None) -> Tensor:
+    """A one-token forward pass giving a scalar 0 that depends on every parameter the real passes use.
+
+    Added to the output, it makes this process's backward pass reach the same modules as the
+    other processes' (FSDP reduces gradients module by module) while adding exactly 0.
+    """
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    out = _run_backbone(model, ids, torch.ones_like(ids))
+    value = out.logits[0, 0, 0] if head is None else head(out.last_hidden_state[0, 0]).sum()
+    return 0.0 * value
+
+
 def _live_rows(batch: SampleBatch) -> Tensor:
     """Indices of the rows that go through the model: valid rows with at least one response token."""
     live = (batch.valid & batch.token_mask.any(1)).nonzero().squeeze(1)
@@ -147,6 +171,9 @@ class CausalLMPolicy(torch.nn.Module):
         ``softmax(logits / tau)``.
       micro_batch_size: at most this many rows per forward pass.
       max_tokens_per_micro_batch: optional budget of padded tokens (rows x longest row) per pass.
+      collective: for a model sharded over data-parallel processes (FSDP): every call makes as
+        many forward passes as the process that needs the most (the others run a dummy pass
+        that adds 0), even on an empty batch, so that the model's collectives match.
     """
 
     def __init__(
@@ -156,6 +183,7 @@ class CausalLMPolicy(torch.nn.Module):
         temperature: float = 1.0,
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
+        collective: DataParallel | None = None,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -164,6 +192,7 @@ class CausalLMPolicy(torch.nn.Module):
         self.temperature = float(temperature)
         self.micro_batch_size = int(micro_batch_size)
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.collective = collective
         # transformers' causal LMs can compute logits for the last k positions only
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
@@ -187,7 +216,10 @@ class CausalLMPolicy(torch.nn.Module):
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
         live = _live_rows(batch)
         lengths = data["attention_mask"].sum(1)
-        for rows in micro_batches(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch):
+        for rows in _passes(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective):
+            if rows is None:
+                out = out + _dummy_pass(self.model, param.device).to(out.device, out.dtype)
+                continue
             width, pos, mask = _response_positions(batch, rows)
             ids = data["input_ids"][rows, :width].to(param.device)
             attention_mask = data["attention_mask"][rows, :width].to(param.device)
@@ -223,6 +255,7 @@ class ReferencePolicy:
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
         copy_model: bool = True,
+        collective: DataParallel | None = None,
     ) -> None:
         frozen = copy.deepcopy(model) if copy_model else model
         frozen.eval()
@@ -232,7 +265,12 @@ class ReferencePolicy:
             temperature=temperature,
             micro_batch_size=micro_batch_size,
             max_tokens_per_micro_batch=max_tokens_per_micro_batch,
+            collective=collective,
         )
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._policy.model
 
     @torch.no_grad()
     def logp_ref(self, batch: SampleBatch) -> Tensor:
@@ -261,6 +299,7 @@ class ValueModel(torch.nn.Module):
         *,
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
+        collective: DataParallel | None = None,
     ) -> None:
         super().__init__()
         self.backbone = backbone
@@ -271,6 +310,7 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
         self.micro_batch_size = int(micro_batch_size)
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.collective = collective
 
     @classmethod
     def from_causal_lm(cls, lm: torch.nn.Module, *, copy_model: bool = True, **kwargs) -> "ValueModel":
@@ -280,13 +320,19 @@ class ValueModel(torch.nn.Module):
 
     def values(self, batch: SampleBatch) -> Tensor:
         """``[n, L]`` values (differentiable); 0 on padding and on placeholder rows."""
+        return self(batch)  # through __call__, so that module hooks (FSDP's unsharding) run
+
+    def forward(self, batch: SampleBatch) -> Tensor:
         data = batch.data
         n, L = batch.token_mask.shape
         out = torch.zeros(n, L, dtype=self.head.weight.dtype, device=batch.token_mask.device)
         live = _live_rows(batch)
         lengths = data["attention_mask"].sum(1)
         device = self.head.weight.device
-        for rows in micro_batches(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch):
+        for rows in _passes(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective):
+            if rows is None:
+                out = out + _dummy_pass(self.backbone, device, self.head).to(out.device, out.dtype)
+                continue
             width, pos, mask = _response_positions(batch, rows)
             hidden = _run_backbone(
                 self.backbone, data["input_ids"][rows, :width].to(device), data["attention_mask"][rows, :width].to(device)
@@ -297,12 +343,10 @@ class ValueModel(torch.nn.Module):
             out = out.index_put((rows[:, None], cols[None, :]), torch.where(mask, value, 0.0))
         return out
 
-    def forward(self, batch: SampleBatch) -> Tensor:
-        return self.values(batch)
-
 
 def clipped_value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip_eps: float | None = 0.2
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip_eps: float | None = 0.2,
+    num_tokens: float | None = None,
 ) -> Tensor:
     """The PPO value loss with value clipping, a token mean over ``mask`` (to minimise).
 
@@ -310,14 +354,16 @@ def clipped_value_loss(
     return targets (for GAE: ``advantages + old_values``) and ``V_old`` the critic's values at
     rollout time. The clip keeps the critic near its rollout-time values, like the policy's ratio
     clip; ``clip_eps=None`` gives the plain squared error ``0.5 * mean_mask (V - R)^2``. An empty
-    mask gives 0.
+    mask gives 0. ``num_tokens`` replaces ``mask.sum()`` as the divisor (data parallelism: the
+    count over every process, so that the processes' losses add up to the global mean).
     """
     err = (values - returns) ** 2
     if clip_eps is not None:
         clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
         err = torch.maximum(err, (clipped - returns) ** 2)
     mask = mask.to(err.dtype)
-    return 0.5 * (err * mask).sum() / mask.sum().clamp_min(1.0)
+    total = mask.sum().clamp_min(1.0) if num_tokens is None else max(float(num_tokens), 1.0)
+    return 0.5 * (err * mask).sum() / total
 
 
 def trainable_parameters(module: torch.nn.Module) -> Iterable[Tensor]:

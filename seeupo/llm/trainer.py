@@ -19,6 +19,7 @@ after ``optim.max_non_finite`` such steps in a row the run writes a checkpoint a
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from pathlib import Path
@@ -26,9 +27,14 @@ from typing import Any, Iterator
 
 import torch
 
+from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
+from seeupo.core.parallel import DataParallel, owned, score_rows
 from seeupo.core.update import compute_advantages, policy_update
-from seeupo.llm.agent import AgentLimits, run_episodes
-from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from seeupo.llm.agent import AgentLimits, AgentRollout, run_episodes
+from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, set_rng_state
+from seeupo.llm.distributed import (
+    Distributed, broadcast_from_main, enable_activation_checkpointing, full_state_dict, gather_batch, rollout_replica, shard_model,
+)
 from seeupo.llm.config import TrainConfig
 from seeupo.llm.envs import EnvSpec, make_environment
 from seeupo.llm.metrics import MetricsLogger
@@ -70,35 +76,71 @@ class Trainer:
     """One training run of ``cfg`` (see the module docstring).
 
     ``model``/``tokenizer`` replace ``cfg.model``; ``engine`` replaces the default Hugging Face
-    ``generate`` engine (it must sample from ``model``'s weights, synced after each update).
+    ``generate`` engine (it must sample from the weights handed to its ``sync_weights`` after
+    each update). ``dist`` (:func:`seeupo.llm.distributed.init_distributed`) makes this process
+    one of several data-parallel ones (:mod:`seeupo.llm.distributed`): it rolls out its share of
+    the tasks and holds a shard of each model, and every process makes the update that one
+    process would make on the whole batch.
     """
 
     def __init__(self, cfg: TrainConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 engine: RolloutEngine | None = None, prepare: bool = True) -> None:
+                 engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None) -> None:
         self.cfg = cfg
-        algo = cfg.algorithm
+        algo, par = cfg.algorithm, cfg.parallel
+        self.dist = dist
+        self.dp: DataParallel | None = dist.dp if dist is not None else None
+        if dist is not None and cfg.rollout.tasks_per_step % dist.dp.world_size:
+            world = dist.dp.world_size
+            raise InputError("config.rollout.tasks_per_step",
+                             f"{cfg.rollout.tasks_per_step} tasks cannot be shared by {world} processes (use a multiple of {world})")
         if model is None:
             model, tokenizer = load_model(cfg.model.name, cfg.model.dtype, cfg.model.seed)
         self.model, self.tokenizer = model, tokenizer
         self.model.eval()  # no dropout: the policy that samples is the policy that is scored
-        self.policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature)
         self.env: EnvSpec = make_environment(cfg.env.name, cfg.env.options, tokenizer, cfg.seed)
-        self.engine = engine if engine is not None else HFGenerateEngine(model, tokenizer.pad_token_id)
+        self.prepared: dict[str, float] = {}
+        if prepare and self.env.prepare is not None:  # on the whole model, before any copy or sharding
+            self.prepared = self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
+        if dist is not None:
+            broadcast_from_main(model)
+        reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
+        self.critic = ValueModel.from_causal_lm(model, collective=self.dp) if algo.advantage == "gae" else None
+        self.rollout_model = model
+        if dist is not None:
+            # generation makes a different number of forward passes on each process, which a
+            # sharded model cannot: each process samples from a full replica, synced every step
+            self.rollout_model = rollout_replica(model, dist.device, torch.bfloat16 if par.mixed_precision == "bf16" else None)
+            shard = dict(mixed_precision=par.mixed_precision, cpu_offload=par.cpu_offload)
+            if par.activation_checkpointing:
+                enable_activation_checkpointing(model)
+            shard_model(model, dist, **shard)
+            if reference_model is not None:
+                shard_model(reference_model, dist, **shard)
+            if self.critic is not None:
+                if par.activation_checkpointing:
+                    enable_activation_checkpointing(self.critic.backbone)
+                shard_model(self.critic, dist, layers_of=self.critic.backbone, **shard)
+        self.policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, collective=self.dp)
+        self.reference = None
+        if reference_model is not None:
+            self.reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
+                                             collective=self.dp)
+        self.engine = engine if engine is not None else HFGenerateEngine(self.rollout_model, tokenizer.pad_token_id)
         self.out_dir = Path(cfg.out_dir)
         self.step_count = 0
-        self.prepared: dict[str, float] = {}
-        if prepare and self.env.prepare is not None:
-            self.prepared = self.env.prepare(self.policy)
-        self.reference = ReferencePolicy(model, temperature=cfg.rollout.temperature) if algo.kl_coef > 0 else None
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         warmup = max(1, o.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: min(1.0, (k + 1) / warmup))
-        self.critic = self.critic_optimizer = None
-        if algo.advantage == "gae":
-            self.critic = ValueModel.from_causal_lm(model)
+        self.critic_optimizer = None
+        if self.critic is not None:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr)
         self.non_finite_in_a_row = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes logs, metrics and progress (process 0, or the only one)."""
+        return self.dist is None or self.dist.is_main
 
     # ------------------------------------------------------------------ data
 
@@ -113,55 +155,79 @@ class Trainer:
             out.append(tasks[int(perm[i])])
         return out
 
+    def local_tasks(self, step: int) -> list[Any]:
+        """This process's share of :meth:`tasks_for`: the ``rank``-th of ``world_size`` consecutive slices."""
+        tasks = self.tasks_for(step)
+        if self.dp is None:
+            return tasks
+        per = len(tasks) // self.dp.world_size
+        return tasks[self.dp.rank * per : (self.dp.rank + 1) * per]
+
     # ------------------------------------------------------------------ one step
 
-    def step(self) -> dict[str, float]:
-        """One training step; returns its metrics."""
-        cfg, algo = self.cfg, self.cfg.algorithm
-        step = self.step_count + 1
-        t_start = time.perf_counter()
-        env_generator = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
+    def rollout(self, step: int) -> AgentRollout:
+        """This process's episodes of step ``step`` (its share of the tasks, ``group_size`` each)."""
+        cfg = self.cfg
+        stream = 8 * (self.dp.rank if self.dp is not None else 0)  # each process draws its own samples
+        env_generator = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2 + stream))
         params = SamplingParams(
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
             max_new_tokens=self.env.max_new_tokens or cfg.rollout.max_new_tokens,
-            stop_token_ids=(self.tokenizer.eos_token_id,), seed=_step_seed(cfg.seed, step, 3),
+            stop_token_ids=(self.tokenizer.eos_token_id,), seed=_step_seed(cfg.seed, step, 3 + stream),
         )
-        rollout = run_episodes(
-            self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.tasks_for(step), algo.group_size,
-            params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
+        return run_episodes(
+            self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.local_tasks(step),
+            cfg.algorithm.group_size, params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
             dtype=torch.promote_types(next(self.model.parameters()).dtype, torch.float32),
         )
-        batch = rollout.batch
-        t_gen = time.perf_counter()
 
+    def step(self) -> dict[str, float]:
+        """One training step; returns its metrics."""
+        t_start = time.perf_counter()
+        local = self.rollout(self.step_count + 1).batch
+        batch = gather_batch(local, self.dp) if self.dp is not None else local
+        t_gen = time.perf_counter()
+        metrics = self.update(batch)
+        metrics["timing_s/gen"] = t_gen - t_start
+        metrics["timing_s/step"] = time.perf_counter() - t_start
+        metrics["perf/throughput"] = metrics["perf/trained_tokens"] / max(metrics["timing_s/step"], 1e-9)
+        return metrics
+
+    def update(self, batch: SampleBatch) -> dict[str, float]:
+        """Score, advantages and the update on a rollout ``batch`` (with data parallelism: the
+        global batch of :func:`~seeupo.llm.distributed.gather_batch`); returns the step's metrics."""
+        cfg, algo, dp = self.cfg, self.cfg.algorithm, self.dp
+        step = self.step_count + 1
+        t_start = time.perf_counter()
         with torch.no_grad():
-            logp = self.policy.token_logps(batch)
+            logp = score_rows(self.policy.token_logps, batch, dp)
             real = batch.token_mask & batch.valid[:, None]
             logp_diff = (logp - batch.logp_old).abs()[real]
             batch = batch.with_updates(logp_old=logp)
-            logp_ref = self.reference.logp_ref(batch) if self.reference is not None else None
-            values = self.critic.values(batch) if self.critic is not None else None
+            logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
+            values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
         advantages = compute_advantages(batch, algo, critic_values=values)
         t_prep = time.perf_counter()
 
         stats = policy_update(
             self.policy, self.optimizer, batch, advantages, algo, logp_ref=logp_ref,
             generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
-            micro_batch_rows=cfg.optim.micro_batch_rows, max_grad_norm=cfg.optim.max_grad_norm,
-            track_m_drift=cfg.logging.m_drift and algo.schedule == "sequential",
+            micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
+            row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm,
+            track_m_drift=cfg.logging.m_drift and algo.schedule == "sequential", dp=dp,
         )
         critic_loss = self._update_critic(batch, advantages, values) if self.critic is not None else None
         lr = self.scheduler.get_last_lr()[0]
         if stats.skipped_steps < stats.steps:  # the schedule counts the steps actually taken
             self.scheduler.step()
-        self.engine.sync_weights(self.model)
+        self.engine.sync_weights(self._rollout_weights())
         t_update = time.perf_counter()
 
         self.non_finite_in_a_row = self.non_finite_in_a_row + 1 if stats.skipped_steps == stats.steps else 0
         self.step_count = step
-        returns = torch.tensor([e.traj_return for e in rollout.episodes])
+        returns = per_trajectory(batch.traj_return, batch)
+        turns = segment_sum(batch.valid.to(torch.float64), batch.traj_id, batch.num_trajectories)
         response_tokens = real.sum(1)[batch.valid].to(torch.float64)
-        trained_tokens = float(real.sum())
         metrics: dict[str, float] = {
             "actor/pg_loss": -_mean(stats.objective),
             "actor/pg_clipfrac": _mean(stats.clip_frac),
@@ -174,13 +240,11 @@ class Trainer:
             "reward/max": float(returns.max()),
             "reward/min": float(returns.min()),
             "response_length/mean": float(response_tokens.mean()) if response_tokens.numel() else 0.0,
-            "episode/turns_mean": float(sum(e.num_turns for e in rollout.episodes) / len(rollout.episodes)),
+            "episode/turns_mean": float(turns.mean()),
             "rollout/logp_diff_max": float(logp_diff.max()) if logp_diff.numel() else 0.0,
-            "timing_s/gen": t_gen - t_start,
-            "timing_s/prep": t_prep - t_gen,
+            "timing_s/prep": t_prep - t_start,
             "timing_s/update": t_update - t_prep,
-            "timing_s/step": t_update - t_start,
-            "perf/throughput": trained_tokens / max(t_update - t_start, 1e-9),
+            "perf/trained_tokens": float(real.sum()),
         }
         if stats.m_final is not None:
             metrics["seeupo/m_final_mean"] = float(stats.m_final.mean())
@@ -194,54 +258,81 @@ class Trainer:
             metrics |= self.env.metrics(self.policy)
         return metrics
 
-    def _update_critic(self, batch, advantages, values) -> float:
-        """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO)."""
+    def _update_critic(self, batch: SampleBatch, advantages: torch.Tensor, values: torch.Tensor) -> float:
+        """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO).
+
+        With data parallelism each process's loss is its rows' share of the global token mean.
+        """
         real = batch.token_mask & batch.valid[:, None]
         returns = (advantages + values).detach()
-        loss = clipped_value_loss(self.critic.values(batch), values.detach(), returns, real)
+        mine = owned(batch, self.dp)
+        loss = clipped_value_loss(self.critic.values(batch.select(mine)), values[mine].detach(), returns[mine], real[mine],
+                                  num_tokens=float(real.sum()))
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.optim.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.optim.max_grad_norm)
         self.critic_optimizer.step()
-        return float(loss.detach())
+        total = loss.detach().to(torch.float64).cpu().reshape(1)
+        return float(self.dp.sum(total)) if self.dp is not None else float(total)
+
+    def _rollout_weights(self) -> torch.nn.Module:
+        """The module the engine samples from, holding the current weights (the replica, refreshed, under FSDP)."""
+        if self.dist is None:
+            return self.model
+        self.rollout_model.load_state_dict(full_state_dict(self.model))
+        return self.rollout_model
 
     # ------------------------------------------------------------------ checkpoints
 
-    def state(self) -> dict[str, Any]:
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "rng": rng_state(),
-                 "trainer": {"step": self.step_count, "non_finite_in_a_row": self.non_finite_in_a_row}}
+    def sharded_state(self) -> dict[str, Any]:
+        """The models' and optimizers' state dicts (keyed by parameter names; shards under FSDP)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+        if not self.optimizer.state:  # torch initialises a fresh optimizer's state only where no gradient is left
+            self.model.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                self.critic.zero_grad(set_to_none=True)
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optimizer": optimizer}
         if self.critic is not None:
-            state |= {"critic": self.critic.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict()}
+            critic, critic_optimizer = get_state_dict(self.critic, self.critic_optimizer)
+            state |= {"critic": critic, "critic_optimizer": critic_optimizer}
         if self.reference is not None:
-            state["reference"] = self.reference._policy.model.state_dict()
+            state["reference"] = get_model_state_dict(self.reference.model)
         return state
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+    def load_sharded_state(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            set_state_dict(self.critic, self.critic_optimizer, model_state_dict=state["critic"],
+                           optim_state_dict=state["critic_optimizer"])
         if self.reference is not None:
-            self.reference._policy.model.load_state_dict(state["reference"])
-        set_rng_state(state["rng"])
-        self.step_count = state["trainer"]["step"]
-        self.non_finite_in_a_row = state["trainer"]["non_finite_in_a_row"]
-        self.engine.sync_weights(self.model)
+            set_model_state_dict(self.reference.model, state["reference"])
 
     def save(self) -> Path:
-        return save_checkpoint(self.out_dir / "checkpoints", self.step_count, self.state(),
-                               meta={"config": self.cfg.to_dict()}, keep=self.cfg.checkpoint.keep)
+        state = {"scheduler": self.scheduler.state_dict(),
+                 "trainer": {"step": self.step_count, "non_finite_in_a_row": self.non_finite_in_a_row}}
+        meta = {"config": self.cfg.to_dict(), "processes": self.dp.world_size if self.dp is not None else 1}
+        return save_checkpoint(self.out_dir / "checkpoints", self.step_count, state, meta=meta,
+                               keep=self.cfg.checkpoint.keep, sharded=self.sharded_state())
 
     def resume(self) -> int:
-        """Load the newest checkpoint of ``out_dir``; returns its step (0 when there is none)."""
+        """Load the newest checkpoint of ``out_dir`` (written by any number of processes); returns its step (0 when none)."""
         path = latest_checkpoint(self.out_dir / "checkpoints")
         if path is None:
             return 0
-        self.load_state(load_checkpoint(path))
+        self.load_sharded_state(load_sharded(path, self.sharded_state()))
+        state = load_checkpoint(path)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = state["trainer"]["step"]
+        self.non_finite_in_a_row = state["trainer"]["non_finite_in_a_row"]
+        rng = load_rng(path)
+        if rng is not None:
+            set_rng_state(rng)
+        self.engine.sync_weights(self._rollout_weights())
         return self.step_count
 
     # ------------------------------------------------------------------ the loop
@@ -251,14 +342,18 @@ class Trainer:
         return list(self.run(resume=resume, progress=progress))
 
     def run(self, *, resume: bool = False, progress: bool | None = None) -> Iterator[dict[str, float]]:
-        """:meth:`train`, yielding each step's metrics as soon as they are logged."""
+        """:meth:`train`, yielding each step's metrics as soon as they are logged (process 0 logs)."""
         cfg = self.cfg
         start = self.resume() if resume else 0
-        progress = cfg.logging.progress if progress is None else progress
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
-        with MetricsLogger(self.out_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                           resume_step=start if resume else None, config=cfg.to_dict()) as logger:
+        progress = (cfg.logging.progress if progress is None else progress) and self.is_main
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
+            logger = MetricsLogger(self.out_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+                                   resume_step=start if resume else None, config=cfg.to_dict())
+        else:
+            logger = _NoLogger()
+        with logger:
             if start == 0:
                 initial = dict(self.prepared)
                 if self.env.metrics is not None:
@@ -280,6 +375,19 @@ class Trainer:
                         f"{self.non_finite_in_a_row} optimizer steps in a row had a non-finite loss or gradient "
                         f"(step {self.step_count}); checkpoint saved in {self.out_dir / 'checkpoints'}; "
                         "lower optim.lr or check the rewards")
+
+
+class _NoLogger:
+    """The metrics logger of processes other than process 0."""
+
+    def __enter__(self) -> "_NoLogger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        return None
 
 
 def _mean(values: list[float]) -> float:

@@ -1,0 +1,133 @@
+"""Data parallelism (FSDP2 over gloo, 2 processes on the CPU) makes the single-process update."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seeupo.core.parallel import DataParallel
+from seeupo.llm.config import load_train_config
+from seeupo.llm.distributed import split_groups
+from seeupo.llm.metrics import read_metrics
+from seeupo.llm.trainer import Trainer
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+# a tiny float64 model (after 20 warm-up steps, done once: it answers validly, mostly), 4 tasks x 2
+# rollouts, 2 turns; micro-batches of 3 rows (uneven across
+# processes, so some passes are padded), gradient clipping and the KL reference on
+OVERRIDES = ["model.dtype=float64", "rollout.tasks_per_step=4", "algorithm.group_size=2", "env.options.warmup_steps=0",
+             "env.options.num_tasks=8", "optim.lr=3e-3", "optim.micro_batch_rows=3", "optim.max_grad_norm=0.05",
+             "logging.progress=false", "algorithm.epochs=2", "algorithm.minibatches=2"]
+# per preset, extra overrides. ppo without KL: its first minibatch here has all-zero advantages, so
+# that step's gradient is mathematically 0 and, with KL, only rounding noise (1e-18, different in 1
+# and 2 processes), which Adam (eps 1e-8) turns into parameter differences of 1e-9 three steps later
+PRESETS = {"grpo": [], "seeupo": [], "ppo": ["algorithm.kl_coef=0"]}
+
+
+def _torchrun(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _assert_close(a: dict, b: dict, what: str) -> None:
+    assert a.keys() == b.keys()
+    worst = max(float((a[k].to(torch.float64) - b[k].to(torch.float64)).abs().max()) for k in a)
+    assert worst < 1e-10, f"{what}: parameters differ by {worst:.3g}"
+
+
+def warm_model(weights: dict) -> tuple[torch.nn.Module, object]:
+    """The tiny model of :data:`OVERRIDES` with the given weights (the warmed-up ones)."""
+    from seeupo.llm.models import tiny_qwen3
+
+    model, tokenizer = tiny_qwen3(seed=0, dtype=torch.float64)
+    model.load_state_dict(weights)
+    return model, tokenizer
+
+
+def test_two_processes_make_the_single_process_update(tmp_path):
+    cfg = load_train_config(None, OVERRIDES + ["env.options.warmup_steps=20", f"out_dir={tmp_path / 'rollout'}"])
+    rollout = Trainer(cfg)
+    weights = {k: v.detach().clone() for k, v in rollout.model.state_dict().items()}
+    batches = [rollout.rollout(2).batch, rollout.rollout(1).batch]
+    # two turns, an episode that ended after one (a placeholder row), and rewards to learn from
+    assert len({int(t) for t in batches[0].turn}) == 2 and batches[0].num_groups == 4
+    assert not bool(batches[0].valid.all()) and float(batches[0].traj_return.abs().sum()) > 0
+    torch.save({"overrides": OVERRIDES, "presets": PRESETS, "batches": batches, "weights": weights}, tmp_path / "data.pt")
+    single = {}
+    for preset, extra in PRESETS.items():
+        out = tmp_path / preset / "single"
+        model, tokenizer = warm_model(weights)
+        trainer = Trainer(load_train_config(None, OVERRIDES + extra + [f"algorithm.preset={preset}", f"out_dir={out}"]),
+                          model=model, tokenizer=tokenizer)
+        metrics = trainer.update(batches[0])
+        params = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        trainer.save()
+        trainer.update(batches[1])
+        single[preset] = (params, metrics, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
+
+    run = _torchrun(str(WORKER), str(tmp_path))
+    assert run.returncode == 0, run.stderr[-4000:]
+
+    for preset, extra in PRESETS.items():
+        params, metrics, second = single[preset]
+        dp = torch.load(tmp_path / preset / "dp_result.pt", weights_only=False)
+        _assert_close(dp["params"], params, f"{preset}: first update")
+        for key in ("actor/pg_loss", "actor/kl", "actor/grad_norm", "actor/pg_clipfrac", "reward/mean", "actor/optimizer_steps"):
+            assert dp["metrics"][key] == pytest.approx(metrics[key], rel=1e-9, abs=1e-12), key
+        if preset == "seeupo":
+            assert dp["metrics"]["seeupo/m_final_max"] == pytest.approx(metrics["seeupo/m_final_max"], rel=1e-9)
+        if preset == "ppo":
+            assert dp["metrics"]["critic/vf_loss"] == pytest.approx(metrics["critic/vf_loss"], rel=1e-9)
+        # 2 processes resumed from the 1-process checkpoint, and 1 process from the 2-process one
+        _assert_close(dp["second"], second, f"{preset}: second update, resumed by 2 processes")
+        model, tokenizer = warm_model(weights)
+        resumed = Trainer(load_train_config(None, OVERRIDES + extra + [f"algorithm.preset={preset}", f"out_dir={tmp_path / preset / 'dp'}"]),
+                          model=model, tokenizer=tokenizer)
+        assert resumed.resume() == 1
+        _assert_close(resumed.model.state_dict(), params, f"{preset}: 2-process checkpoint loaded by 1 process")
+        resumed.update(batches[1])
+        _assert_close(resumed.model.state_dict(), second, f"{preset}: second update, resumed by 1 process")
+        # the update moved the parameters (the comparison is not of two untouched models)
+        assert any(float((second[k] - params[k]).abs().max()) > 1e-6 for k in params)
+
+
+def test_gather_batch_inverts_split_groups_in_one_process():
+    cfg = load_train_config(None, OVERRIDES + ["out_dir=unused"])
+    batch = Trainer(cfg).rollout(1).batch
+    parts = [split_groups(batch, 2, r) for r in range(2)]
+    assert [p.num_groups for p in parts] == [2, 2] and all(int(p.traj_id.min()) == 0 for p in parts)
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_groups(batch, 3, 0)
+
+
+def test_torchrun_train_then_resume_on_one_process(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("steps: 3\ncheckpoint: {every: 2, keep: 2}\n")
+    sets = [a for s in OVERRIDES[1:] + ["steps=2"] for a in ("--set", s)]
+    run = _torchrun("-m", "seeupo", "train", str(config), "--out", str(tmp_path / "run"), "--no-progress", *sets)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.count("step 2") == 1  # process 0 prints, the other does not
+    meta = (tmp_path / "run" / "checkpoints" / "step_00000002" / "meta.json").read_text()
+    assert '"processes": 2' in meta
+    sets = [a for s in OVERRIDES[1:] for a in ("--set", s)]
+    resumed = subprocess.run([sys.executable, "-m", "seeupo", "train", str(config), "--out", str(tmp_path / "run"),
+                              "--no-progress", "--resume", *sets], capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [0, 1, 2, 3]
+
+
+def test_tasks_per_step_must_divide_among_processes():
+    from seeupo.llm.distributed import Distributed
+    from seeupo.validation import InputError
+
+    cfg = load_train_config(None, OVERRIDES + ["rollout.tasks_per_step=3", "out_dir=unused"])
+    fake = Distributed(DataParallel(0, 2), 0, torch.device("cpu"), None)
+    with pytest.raises(InputError, match="3 tasks cannot be shared by 2 processes"):
+        Trainer(cfg, dist=fake)
