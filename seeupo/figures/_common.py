@@ -147,3 +147,56 @@ def module_main(name: str, argv: list[str] | None = None) -> int:
         print(f"{p.prog}: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+# ------------------------------------------------------------------ variant ablations (normalisation, M)
+
+
+def variant_runs(problem, variants: dict[str, dict[str, Any]], modes: dict[str, dict[str, Any]], seed: int,
+                 base: str = "seeupo") -> dict[str, Any]:
+    """``base`` with each variant's overrides, in each mode: mean ``J`` curve, ``J`` decreases and final gaps.
+
+    ``modes`` maps a mode name (``exact`` / ``sampled``) to its algorithm overrides plus ``iterations``
+    and optionally ``tasks``.
+    """
+    from seeupo.core.config import preset
+    from seeupo.tabular.train import RunConfig
+
+    out: dict[str, Any] = {}
+    for mode, settings in modes.items():
+        settings = dict(settings)
+        iterations, tasks = settings.pop("iterations"), settings.pop("tasks", 4)
+        out[mode] = {}
+        for label, overrides in variants.items():
+            h = j_history(problem, preset(base, **(settings | overrides)),
+                          RunConfig(mode=mode, iterations=iterations, tasks=tasks, lr=0.05, seed=seed))
+            gaps = [s - j for s, j in zip(h["J_star"], h["J"][-1])]
+            drops = [a - b for row_a, row_b in zip(h["J"], h["J"][1:]) for a, b in zip(row_a, row_b)]
+            out[mode][label] = {"overrides": overrides, "J_mean": mean_curve(h["J"]), "J_star_mean": sum(h["J_star"]) / len(h["J_star"]),
+                                "J_decreases": decreases(h["J"]), "largest_decrease": max([0.0] + drops),
+                                "final_gap_mean": sum(gaps) / len(gaps), "final_gap_max": max(gaps)}
+    return out
+
+
+def plot_variants(data: dict[str, Any], path, title: str, colors: dict[str, str]) -> None:
+    """Mean ``J`` per iteration of each variant, one panel per mode; the legend gives the final gap and J decreases."""
+    plt = pyplot()
+    modes = list(data["runs"])
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.6 * len(modes), 3.4), squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        j_star = None
+        for label, r in data["runs"][mode].items():
+            dec = f", {r['J_decreases']} J dec. (max {r['largest_decrease']:.1e})" if r["J_decreases"] else ", J never fell"
+            ax.plot(r["J_mean"], color=colors.get(label), lw=1.3, label=f"{label}: gap {r['final_gap_mean']:.1e}{dec}")
+            j_star = r["J_star_mean"]
+        ax.axhline(j_star, color="black", ls=":", lw=1, label="mean J*")
+        iters = len(next(iter(data["runs"][mode].values()))["J_mean"]) - 1
+        note = " (J decreases are sampling noise)" if mode == "sampled" else ""
+        ax.set_title(f"{mode} mode{note}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(f"mean exact J over {data['setting']['instances']} instances")
+        ax.set_xlim(0, iters)
+        ax.legend(loc="lower right", fontsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    save(fig, path)
