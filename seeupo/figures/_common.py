@@ -107,8 +107,11 @@ def decreases(J: list[list[float]], tol: float = 1e-7) -> int:
 
 
 def regenerate(names: Iterable[str], *, quick: bool = False, out: Path = DEFAULT_OUT, plot_only: bool = False,
-               seed: int = 0, log: Callable[[str], None] = print) -> list[Path]:
-    """Compute (unless ``plot_only``) and plot each figure into ``out``; one progress line per figure."""
+               seed: int = 0, runs: list[str] | None = None, log: Callable[[str], None] = print) -> list[Path]:
+    """Compute (unless ``plot_only``) and plot each figure into ``out``; one progress line per figure.
+
+    ``runs``: run folders for ``training_curves`` (its only figure-specific input).
+    """
     from seeupo.figures import module
 
     out = Path(out)
@@ -123,7 +126,8 @@ def regenerate(names: Iterable[str], *, quick: bool = False, out: Path = DEFAULT
                 raise InputError(None, f"--plot-only: {json_path} does not exist; run without --plot-only first")
             data = read_json(json_path)
         else:
-            data = mod.compute(quick=quick, seed=seed)
+            extra = {"runs": runs, "log": log} if name == "training_curves" else {}
+            data = mod.compute(quick=quick, seed=seed, **extra)
             write_json(data, json_path)
             data = read_json(json_path)  # plot exactly what is recorded
         mod.plot(data, png_path)
@@ -140,9 +144,12 @@ def module_main(name: str, argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default: figures)")
     p.add_argument("--plot-only", action="store_true", help="redraw from the recorded data file")
     p.add_argument("--seed", type=int, default=0)
+    if name == "training_curves":
+        p.add_argument("--runs", nargs="+", metavar="DIR", help="run folders with metrics.jsonl")
     args = p.parse_args(argv)
     try:
-        regenerate([name], quick=args.quick, out=Path(args.out), plot_only=args.plot_only, seed=args.seed)
+        regenerate([name], quick=args.quick, out=Path(args.out), plot_only=args.plot_only, seed=args.seed,
+                   runs=getattr(args, "runs", None))
     except InputError as err:
         print(f"{p.prog}: error: {err}", file=sys.stderr)
         return 2

@@ -86,6 +86,7 @@ def _env() -> dict[str, str]:
     import os
 
     env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # on a loaded machine, torch's threads waiting for each other cost far more than they bring
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
