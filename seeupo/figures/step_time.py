@@ -113,6 +113,7 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_yscale("log")
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
+    ax.set_yticks([t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10)])
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("SeeUPO time / baseline time (log)")

@@ -157,3 +157,18 @@ def test_training_curves_without_runs_says_so_and_trains_the_bridge_demo(tmp_pat
     data = module("training_curves").compute(quick=True, log=lines.append)
     assert "no BFCL run" in data["note"] and lines and "no BFCL run found" in lines[0]
     assert data["runs"] and "NOT a BFCL run" in data["runs"][0]["label"] and len(data["runs"][0]["curves"]["bridge/J"]) == 5
+
+
+def test_step_time_reads_update_time_benchmark_files(tmp_path, monkeypatch):
+    bench = tmp_path / "benchmarks" / "results"
+    bench.mkdir(parents=True)
+    (bench / "update_time_tiny-qwen3.json").write_text(json.dumps({
+        "model": "tiny-qwen3", "median_seconds": {"grpo": 40.0, "seeupo": 48.0, "seeupo_equal_budget": 27.0},
+        "ratio_seeupo_over_grpo": [1.41, 0.76, 1.21], "ratio_seeupo_equal_budget_over_grpo": [0.83, 0.39, 0.69],
+        "load_average_1min": [9.2, 10.0, 11.0]}))
+    monkeypatch.chdir(tmp_path)
+    data = module("step_time").compute()
+    assert [u["model"] for u in data["update_time"]] == ["tiny-qwen3"] and "note" not in data
+    assert data["bridge"], "the committed bridge sweep is read from the repository"
+    module("step_time").plot(json.loads(json.dumps(data)), tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 5_000
