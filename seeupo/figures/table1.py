@@ -71,8 +71,8 @@ def plot(data: dict[str, Any], path) -> None:
                 ax.text(j + 0.5, i + 0.5, "—", ha="center", va="center")
                 continue
             text = SHORT.get(measured, measured)
-            if t1 is not None and t1.get("paper"):
-                text = f"{text}\npaper: {t1['paper']}"
+            if t1 is not None and t1.get("paper") not in (None, "", "—"):
+                text = f"{text}\npaper: {t1['paper']}\n-> {t1.get('agreement')}"
             if t1 is not None and t1.get("counterexamples"):
                 text += f"\n({len(t1['counterexamples'])} cx)"
             if m == "sampled" and c and c.get("violations"):
