@@ -94,3 +94,12 @@ benchmark: $(BIN)/seeupo
 
 clean:
 	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) results .pytest_cache .hypothesis
+
+# the figures (figures/NAME.png and their data NAME.json; figures/README.md lists them)
+.PHONY: figures figures-quick
+figures: $(BIN)/seeupo
+	$(BIN)/seeupo figures
+
+# the same, small budgets (a few minutes on 2 CPU cores)
+figures-quick: $(BIN)/seeupo
+	$(BIN)/seeupo figures --quick

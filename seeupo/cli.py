@@ -7,6 +7,7 @@
     seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
     seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
+    seeupo figures [NAMES] [--quick]       regenerate the figures (figures/NAME.png and its data, NAME.json)
 
 Bad input (a malformed file, an out-of-range flag, an unwritable ``--out``) gives one line on
 stderr, ``seeupo CMD: error: [FILE: ]field 'X': PROBLEM`` or ``seeupo CMD: error: argument
@@ -358,6 +359,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from seeupo.figures import FIGURES
+    import time
+
+    from seeupo.figures._common import regenerate
+
+    unknown = [n for n in args.names if n not in FIGURES]
+    if unknown:
+        raise UsageError(f"argument names: unknown figures {unknown}; choose from {list(FIGURES)}")
+    out = writable_dir(args.out, "--out")
+    start = time.perf_counter()
+    names = args.names or list(FIGURES)
+    regenerate(names, quick=args.quick, out=out, plot_only=args.plot_only, seed=args.seed, runs=args.runs,
+               log=lambda m: print(m, flush=True))
+    print(f"Wrote {len(names)} figures (PNG and JSON) to {out} in {time.perf_counter() - start:.1f} s.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="seeupo", description="SeeUPO verification toolkit.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -458,6 +477,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/eval", help="folder for episodes.jsonl and the summary (default: results/eval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("figures", help="regenerate the figures (PNG + JSON data) of the paper's artifacts",
+                       description="Compute each figure's data (reading the recorded results in paper_repro/, measuring "
+                                   "where a figure needs it) and draw it: OUT/NAME.json and OUT/NAME.png (seeupo.figures).")
+    p.add_argument("names", nargs="*", help="figures to make (default: all, in the order of seeupo.figures.FIGURES)")
+    p.add_argument("--quick", action="store_true", help="small budgets (the whole set in a few minutes on CPU)")
+    p.add_argument("--out", default="figures", help="output folder (default: figures)")
+    p.add_argument("--plot-only", action="store_true", help="redraw the PNGs from the data files in --out")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the measured figures (default 0)")
+    p.add_argument("--runs", nargs="+", metavar="DIR", help="run folders with metrics.jsonl for training_curves "
+                                                           "(default: BFCL runs under runs/ and results/)")
+    p.set_defaults(func=_cmd_figures)
 
     p = sub.add_parser("presets", help="the algorithm presets and how they differ",
                        description="Print a table of the settings that differ between presets, or every setting "
