@@ -61,7 +61,7 @@ def test_every_paper_algorithm_dry_runs_with_the_tiny_model(tmp_path):
     """One trainer step with each distinct algorithm and optimizer section, the tiny model and the bridge."""
     from seeupo.llm.trainer import Trainer
 
-    small = ["model.name=tiny-qwen3", "model.dtype=float32", "env.name=bridge", "env.options={}",
+    small = ["model.name=tiny-qwen3", "model.dtype=float32", "env.name=bridge", "env.options={}", "rollout.engine=hf", "rollout.vllm_sleep=false",
              "rollout.tasks_per_step=2", "algorithm.group_size=2", "rollout.max_turns=2", "steps=1", "logging.progress=false"]
     seen = {}
     for path in PAPER:

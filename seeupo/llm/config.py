@@ -69,15 +69,25 @@ class RolloutConfig:
     temperature, top_p: sampling; the ratios are taken against the sampling distribution.
     max_new_tokens: the token budget of one assistant turn.
     max_turns, max_context: episode limits (see :mod:`seeupo.llm.agent`).
+    engine: ``"hf"`` (Hugging Face ``generate`` on the training model, or on a full replica of it
+      under ``torchrun``) or ``"vllm"`` (:class:`seeupo.llm.vllm_engine.VLLMEngine`, one engine per
+      process, colocated with training on the same GPU; weights pushed after every update).
+    vllm_gpu_memory_utilization: the share of the GPU's memory vLLM may take (weights + KV cache);
+      the rest is for training.
+    vllm_sleep: put the engine to sleep during the update (vLLM sleep mode level 1: weights
+      offloaded to CPU memory, KV cache freed; CUDA only) and wake it for the next rollout, so that
+      training gets the GPU memory back.
     """
 
-    engine: Literal["hf"] = "hf"
+    engine: Literal["hf", "vllm"] = "hf"
     tasks_per_step: int = 32
     temperature: float = 0.9
     top_p: float = 1.0
     max_new_tokens: int = 512
     max_turns: int = 10
     max_context: int = 8192
+    vllm_gpu_memory_utilization: float = 0.5
+    vllm_sleep: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,10 @@ class TrainConfig:
         try:
             data = dict(as_object(data, None))
             algorithm = resolve_algorithm(data.pop("algorithm", {}))
-            return dataclasses.replace(dataclass_from_dict(cls, data, "config", BOUNDS), algorithm=algorithm)
+            cfg = dataclasses.replace(dataclass_from_dict(cls, data, "config", BOUNDS), algorithm=algorithm)
+            if cfg.rollout.vllm_sleep and cfg.rollout.engine != "vllm":
+                raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
+            return cfg
         except InputError as err:
             raise err.in_file(source) if source else err
 
@@ -183,7 +196,7 @@ class TrainConfig:
 # inclusive ranges of numeric fields, by field name
 BOUNDS: dict[str, tuple[float, float]] = {
     "tasks_per_step": (1, 100_000), "temperature": (1e-3, 100.0), "top_p": (1e-6, 1.0), "max_new_tokens": (1, 1_000_000),
-    "max_turns": (1, 1000), "max_context": (1, 10_000_000), "lr": (0.0, 1.0), "critic_lr": (0.0, 1.0),
+    "max_turns": (1, 1000), "max_context": (1, 10_000_000), "vllm_gpu_memory_utilization": (0.01, 1.0), "lr": (0.0, 1.0), "critic_lr": (0.0, 1.0),
     "weight_decay": (0.0, 10.0), "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "warmup_steps": (0, 10**9),
     "max_grad_norm": (1e-12, 1e12), "micro_batch_rows": (1, 10**9), "micro_batch_tokens": (1, 10**12), "max_non_finite": (1, 10**6),
     "steps": (1, 10**9), "seed": (0, 2**63 - 1), "every": (1, 10**9), "keep": (1, 10**6),

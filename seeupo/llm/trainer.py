@@ -33,7 +33,7 @@ from seeupo.core.update import compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, AgentRollout, run_episodes
 from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, set_rng_state
 from seeupo.llm.distributed import (
-    Distributed, broadcast_from_main, enable_activation_checkpointing, full_state_dict, gather_batch, rollout_replica, shard_model,
+    Distributed, barrier, broadcast_from_main, enable_activation_checkpointing, full_state_dict, gather_batch, rollout_replica, shard_model,
 )
 from seeupo.llm.config import TrainConfig
 from seeupo.llm.envs import EnvSpec, make_environment
@@ -105,11 +105,15 @@ class Trainer:
             broadcast_from_main(model)
         reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
         self.critic = ValueModel.from_causal_lm(model, collective=self.dp) if algo.advantage == "gae" else None
+        self.out_dir = Path(cfg.out_dir)
         self.rollout_model = model
-        if dist is not None:
+        if engine is None and cfg.rollout.engine == "vllm":
+            engine = self._vllm_engine(model, tokenizer)
+        elif engine is None and dist is not None:
             # generation makes a different number of forward passes on each process, which a
             # sharded model cannot: each process samples from a full replica, synced every step
             self.rollout_model = rollout_replica(model, dist.device, torch.bfloat16 if par.mixed_precision == "bf16" else None)
+        if dist is not None:
             shard = dict(mixed_precision=par.mixed_precision, cpu_offload=par.cpu_offload)
             if par.activation_checkpointing:
                 enable_activation_checkpointing(model)
@@ -126,7 +130,6 @@ class Trainer:
             self.reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
                                              collective=self.dp)
         self.engine = engine if engine is not None else HFGenerateEngine(self.rollout_model, tokenizer.pad_token_id)
-        self.out_dir = Path(cfg.out_dir)
         self.step_count = 0
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
@@ -186,6 +189,8 @@ class Trainer:
         t_start = time.perf_counter()
         local = self.rollout(self.step_count + 1).batch
         batch = gather_batch(local, self.dp) if self.dp is not None else local
+        if self.cfg.rollout.vllm_sleep:  # the update gets the engine's GPU memory
+            self.engine.sleep()
         t_gen = time.perf_counter()
         metrics = self.update(batch)
         metrics["timing_s/gen"] = t_gen - t_start
@@ -220,6 +225,8 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0]
         if stats.skipped_steps < stats.steps:  # the schedule counts the steps actually taken
             self.scheduler.step()
+        if self.cfg.rollout.vllm_sleep:
+            self.engine.wake_up()
         self.engine.sync_weights(self._rollout_weights())
         t_update = time.perf_counter()
 
@@ -276,9 +283,36 @@ class Trainer:
         total = loss.detach().to(torch.float64).cpu().reshape(1)
         return float(self.dp.sum(total)) if self.dp is not None else float(total)
 
+    def _vllm_engine(self, model: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
+        """A vLLM engine per process, started from ``model``'s current weights (written once to
+        ``out_dir/rollout_init`` by process 0, removed once every engine has loaded them)."""
+        import shutil
+
+        from seeupo.llm.vllm_engine import VLLMEngine
+
+        cfg = self.cfg
+        kwargs: dict[str, Any] = {}
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = cfg.rollout.vllm_gpu_memory_utilization
+        if cfg.rollout.vllm_sleep:
+            if not torch.cuda.is_available():
+                raise InputError("config.rollout.vllm_sleep", "vLLM's sleep mode needs CUDA GPUs; set it to false")
+            kwargs["enable_sleep_mode"] = True
+        folder = self.out_dir / "rollout_init"
+        if self.is_main:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        barrier()
+        rank = self.dp.rank if self.dp is not None else 0
+        engine = VLLMEngine(folder, dtype=cfg.model.dtype, seed=cfg.seed + rank, max_model_len=cfg.rollout.max_context, **kwargs)
+        barrier()
+        if self.is_main:
+            shutil.rmtree(folder, ignore_errors=True)
+        return engine
+
     def _rollout_weights(self) -> torch.nn.Module:
         """The module the engine samples from, holding the current weights (the replica, refreshed, under FSDP)."""
-        if self.dist is None:
+        if self.rollout_model is self.model:
             return self.model
         self.rollout_model.load_state_dict(full_state_dict(self.model))
         return self.rollout_model

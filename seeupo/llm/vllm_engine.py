@@ -190,8 +190,20 @@ class VLLMEngine:
         """Load ``model``'s current weights (a Hugging Face causal LM of the engine's architecture) into the engine.
 
         The tensors are handed over in checkpoint format (HF names; vLLM fuses q/k/v and
-        gate/up itself) and cast by vLLM to the engine's dtype; the prefix cache is cleared.
+        gate/up itself) and cast by vLLM to the engine's dtype; the prefix cache is cleared. A
+        model sharded with FSDP is gathered first (every process calls this with its shard).
         """
-        state = {name: t.detach() for name, t in model.state_dict().items()}
+        from seeupo.llm.distributed import full_state_dict
+
+        state = full_state_dict(model)  # the whole tensors, also of a model sharded with FSDP
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state.items())})
         self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free the GPU for training: weights offloaded to CPU memory, KV cache discarded (vLLM
+        sleep mode level 1; the engine must be built with ``enable_sleep_mode=True``, CUDA only)."""
+        self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (before the next :meth:`sync_weights` and :meth:`generate`)."""
+        self.llm.wake_up()

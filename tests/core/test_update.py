@@ -575,6 +575,42 @@ def test_micro_batch_plan_covers_every_row_once_and_keeps_trajectories_when_aske
         micro_batch_plan(batch, 0, whole_trajectories=False)
 
 
+def test_micro_batch_plan_packs_rows_up_to_a_token_budget():
+    from seeupo.core.update import micro_batch_plan
+
+    batch, _ = make_rollout(seed=13)
+    n = batch.num_rows
+    cost = torch.arange(n) % 5 + 1  # tokens of each row: 1..5
+    for max_tokens in (1, 4, 9, 1000):
+        for whole in (False, True):
+            plan = micro_batch_plan(batch, None, whole_trajectories=whole, max_tokens=max_tokens, row_tokens=cost)
+            assert sorted(torch.cat(plan).tolist()) == list(range(n))
+            for part in plan:  # within the budget, or a single unit that is over it by itself
+                unit = set(batch.traj_id[part].tolist()) if whole else set(part.tolist())
+                assert int(cost[part].sum()) <= max_tokens or len(unit) == 1
+            if max_tokens == 1000:
+                assert len(plan) == 1
+    # both limits at once: 2 rows of 3 tokens fit 6 tokens, and max_rows=1 splits them
+    assert len(micro_batch_plan(batch, 1, whole_trajectories=False, max_tokens=10**6, row_tokens=cost)) == n
+    with pytest.raises(ValueError, match="needs row_tokens"):
+        micro_batch_plan(batch, None, whole_trajectories=False, max_tokens=5)
+
+
+@pytest.mark.parametrize("schedule", ["simultaneous", "sequential"])
+def test_token_budget_micro_batches_accumulate_to_the_one_pass_step(schedule):
+    batch, logits = _two_instance_rollout(seed=12)
+    cfg = AlgorithmConfig(group_size=G, grae_scale="batch_std", schedule=schedule, kl_coef=0.1, epochs=2, minibatches=2,
+                          **UPDATES["ppo sequence trajectory"])
+    adv = compute_advantages(batch, cfg)
+    delta_one, _, _ = _one_step(batch, logits, cfg, adv, batch.logp_old, None)
+    policy = TinyPolicy(logits)
+    policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0), batch, adv, cfg, logp_ref=batch.logp_old,
+                  generator=torch.Generator().manual_seed(0), micro_batch_tokens=3,
+                  row_tokens=batch.token_mask.sum(1) + 2)  # e.g. a 2-token context per row
+    torch.testing.assert_close(policy.logits.detach() - logits, delta_one, rtol=0, atol=1e-10)
+    assert len(policy.grad_calls) > 2 * cfg.epochs * cfg.minibatches  # the budget split the steps
+
+
 # ---------------------------------------------------------------------------------------------
 # (8) non-finite steps are skipped; the gradient norm is clipped
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ def test_yaml_file_with_overrides_and_round_trip(tmp_path):
     (["rollout.temperature=hot"], "field 'config.rollout.temperature': must be a finite number, got a string"),
     (["optim=3"], "field 'config.optim': must be an object"),
     (["novalue"], "argument --set: expected KEY=VALUE"),
+    (["rollout.vllm_sleep=true"], "field 'config.rollout.vllm_sleep': needs rollout.engine: vllm"),
+    (["rollout.engine=sglang"], "field 'config.rollout.engine': unknown value 'sglang'"),
+    (["parallel.mixed_precision=fp8"], "field 'config.parallel.mixed_precision': unknown value 'fp8'"),
+    (["optim.micro_batch_tokens=0"], "field 'config.optim.micro_batch_tokens': must be in [1,"),
 ])
 def test_bad_overrides_name_the_key(overrides, message):
     with pytest.raises(InputError) as err:

@@ -247,3 +247,21 @@ def test_engine_requires_in_process_core(monkeypatch, tmp_path):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     with pytest.raises(RuntimeError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
         VLLMEngine(tmp_path)
+
+
+@pytest.mark.vllm
+def test_trainer_with_the_vllm_engine_samples_from_the_updated_weights(engine, tmp_path):
+    # rollout.engine=vllm: the trainer starts its own engine from the (warmed-up) model and pushes
+    # the weights after every update: the engine's log-probabilities match the policy's at step 2 too
+    from seeupo.llm.config import load_train_config
+    from seeupo.llm.trainer import Trainer
+
+    cfg = load_train_config(None, ["rollout.engine=vllm", "rollout.max_context=256", "rollout.tasks_per_step=2",
+                                   "algorithm.group_size=2", "env.options.warmup_steps=5", "env.options.num_tasks=4",
+                                   "optim.lr=3e-3", "steps=2", "logging.progress=false", f"out_dir={tmp_path}"])
+    trainer = Trainer(cfg)
+    assert type(trainer.engine).__name__ == "VLLMEngine"
+    assert not (tmp_path / "rollout_init").exists()  # the start-up weights are removed once loaded
+    history = trainer.train()
+    assert [m["rollout/logp_diff_max"] < TOL for m in history] == [True, True]
+    assert history[0]["actor/grad_norm"] > 0  # the update moved the weights that step 2 samples from
