@@ -30,3 +30,22 @@ def test_readme_train_configs_are_valid(tmp_path):
         path = tmp_path / f"block{k}.yaml"
         path.write_text(text)
         assert load_train_config(path).steps >= 1
+
+
+def test_distributed_doc_configs_are_valid(tmp_path):
+    from seeupo.llm.config import load_train_config
+
+    doc = README.parent / "docs" / "distributed.md"
+    blocks = re.findall(r"```yaml\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    for k, text in enumerate(blocks):
+        path = tmp_path / f"block{k}.yaml"
+        path.write_text(text)
+        load_train_config(path)
+
+
+def test_relative_links_of_the_docs_exist():
+    root = README.parent
+    for page in [README, *sorted((root / "docs").glob("*.md")), root / "paper_repro" / "README.md"]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
