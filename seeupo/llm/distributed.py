@@ -114,7 +114,7 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     ones). Only the layers' own ``training`` flag is set, not their children's: the checkpoint
     runs and every dropout inside stays off.
     """
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     for layer in decoder_layers(model):
         layer.training = True
 

@@ -109,7 +109,9 @@ def test_gather_batch_inverts_split_groups_in_one_process():
 def test_torchrun_train_then_resume_on_one_process(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("steps: 3\ncheckpoint: {every: 2, keep: 2}\n")
-    sets = [a for s in OVERRIDES[1:] + ["steps=2"] for a in ("--set", s)]
+    # bf16 mixed precision over float32 weights and activation checkpointing, as on GPUs
+    sets = [a for s in OVERRIDES[1:] + ["steps=2", "parallel.mixed_precision=bf16", "parallel.activation_checkpointing=true"]
+            for a in ("--set", s)]
     run = _torchrun("-m", "seeupo", "train", str(config), "--out", str(tmp_path / "run"), "--no-progress", *sets)
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.count("step 2") == 1  # process 0 prints, the other does not
@@ -131,3 +133,26 @@ def test_tasks_per_step_must_divide_among_processes():
     fake = Distributed(DataParallel(0, 2), 0, torch.device("cpu"), None)
     with pytest.raises(InputError, match="3 tasks cannot be shared by 2 processes"):
         Trainer(cfg, dist=fake)
+
+
+def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny64):
+    import copy
+
+    from seeupo.llm.distributed import decoder_layers, enable_activation_checkpointing
+    from seeupo.llm.policy import CausalLMPolicy, scoring_batch
+
+    model, tokenizer = tiny64
+    plain, checkpointed = copy.deepcopy(model), copy.deepcopy(model)
+    enable_activation_checkpointing(checkpointed)
+    batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], tokenizer.pad_token_id)
+    grads, calls = [], []
+    for m in (plain, checkpointed):
+        count = [0]
+        # the layer's own hooks stay outside the checkpoint: count a module inside it
+        decoder_layers(m)[0].mlp.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+        CausalLMPolicy(m).token_logps(batch).sum().backward()
+        grads.append({k: p.grad.clone() for k, p in m.named_parameters()})
+        calls.append(count[0])
+    assert calls == [1, 2]  # the checkpointed layer runs again in the backward pass
+    assert max(float((grads[0][k] - grads[1][k]).abs().max()) for k in grads[0]) < 1e-12
+    assert not checkpointed.model.layers[0].self_attn.training  # dropout stays off inside the layer
