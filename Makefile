@@ -10,7 +10,7 @@ BIN = $(VENV)/bin
 APPWORLD_VENV ?= .venv-appworld
 APPWORLD_SPEC ?= appworld==0.1.3.post1
 
-.PHONY: verify verify-quick train-demo test test-slow test-thorough test-vllm benchmark benchmark-rollout clean appworld-env test-appworld
+.PHONY: verify verify-quick train-demo test test-slow test-thorough test-vllm benchmark benchmark-rollout benchmark-gpu clean appworld-env test-appworld
 
 $(BIN)/seeupo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,12 @@ benchmark: $(BIN)/seeupo
 	$(BIN)/python benchmarks/verify_time.py
 	$(BIN)/python benchmarks/claims_time.py
 	$(BIN)/python benchmarks/startup_time.py
+
+# training tokens/s, MFU, peak memory and SeeUPO/GRPO update time of the Qwen3-1.7B shape (on a GPU;
+# SHAPE=tiny for a CPU check); benchmarks/paper_step_time.py turns a GPU result into the paper's step time
+SHAPE ?= qwen3-1.7b
+benchmark-gpu: $(BIN)/seeupo
+	$(BIN)/python benchmarks/gpu_train.py --shape $(SHAPE)
 
 clean:
 	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) results .pytest_cache .hypothesis
