@@ -16,8 +16,8 @@ optional activation checkpointing), and timed on a synthetic multi-turn batch
   (causal attention, forward + backward); activation recomputation is not counted;
 * **peak memory**: ``torch.cuda.max_memory_allocated`` (CUDA) or the process's peak RSS (CPU);
 * **SeeUPO/GRPO update time at equal tokens**: GRPO's update against SeeUPO's sequential sweep
-  (each turn's rows through one forward and backward pass, plus the no-grad ratio pass per turn
-  for ``M``), interleaved within each repeat;
+  (each turn's rows through one forward and backward pass, plus the no-grad ratio pass of every
+  turn but the last for ``M``, as the trainer runs it), interleaved within each repeat;
 * **HF generate tokens/s**: :class:`seeupo.llm.rollout.HFGenerateEngine` on a bf16 copy.
 
 Results go to ``benchmarks/results/gpu_train_<shape>_<device>.json``; add a line to
@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--gen-prompts", type=int, default=32)
     p.add_argument("--gen-tokens", type=int, default=256)
+    p.add_argument("--final-factor", action="store_true",
+                   help="also compute M's last factor (the trainer's logging.m_final); by default skipped, as in training")
     p.add_argument("--no-record", action="store_true")
     args = p.parse_args(argv)
 
@@ -147,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
             sync(device)
             start = time.perf_counter()
             policy_update(policy, optimizer, batch, adv, cfg, logp_ref=logp, generator=torch.Generator().manual_seed(r),
-                          micro_batch_tokens=args.micro_batch_tokens, row_tokens=row_tokens, max_grad_norm=1.0, dp=env.dp)
+                          micro_batch_tokens=args.micro_batch_tokens, row_tokens=row_tokens, max_grad_norm=1.0, dp=env.dp,
+                          final_factor=args.final_factor)
             sync(device)
             if r > 0:
                 times[name].append(time.perf_counter() - start)

@@ -312,6 +312,7 @@ def sequential_sweep(
     update_turn: Callable[[Tensor, Tensor], None],
     generator: torch.Generator | None = None,
     dp: DataParallel | None = None,
+    final_factor: bool = True,
 ) -> tuple[list[int], Tensor]:
     """The HAML loop of PAPER.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
 
@@ -322,6 +323,9 @@ def sequential_sweep(
     misalign it. ``cfg.m_alignment="shuffled"`` (an ablation: the reference code's defect)
     only changes which trajectory's factor each row reads. With ``dp`` every process runs the
     same sweep on the same global batch (:mod:`seeupo.core.parallel`).
+    ``final_factor=False`` skips the ratio of the last turn in the order, which no update reads
+    (the parameters are the same; one no-grad pass over that turn's rows saved); ``F`` then
+    holds the product over the other turns.
 
     Returns:
       ``(order, F)`` with ``F`` the final per-trajectory factor.
@@ -334,7 +338,7 @@ def sequential_sweep(
         if cfg.m_refresh and cfg.m_factor != "none":  # an ablation: the factor of the current policy
             factor = current_factor(policy, batch, order[:i], cfg, dp).to(factor.dtype)
         update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])
-        if cfg.m_factor != "none":
+        if cfg.m_factor != "none" and (final_factor or i < len(order) - 1):
             traj = batch.traj_id[rows]
             factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg, dp).to(factor.dtype)
             if cfg.m_factor == "clipped":  # the running product is clipped too (reference code)
@@ -357,6 +361,7 @@ def policy_update(
     max_grad_norm: float | None = None,
     track_m_drift: bool = False,
     dp: DataParallel | None = None,
+    final_factor: bool = True,
 ) -> UpdateStats:
     """Update ``policy`` on ``batch`` with per-token ``advantages`` following ``cfg``.
 
@@ -375,6 +380,9 @@ def policy_update(
       max_grad_norm: clip the gradient's global norm before each optimizer step.
       track_m_drift: after a sequential sweep, also record ``stats.m_current``, the factor of
         ``M`` under the final policy, to compare with the recorded ``stats.m_final``.
+      final_factor: compute the factor of ``M`` after the last turn of the sweep, which no
+        update reads, to report it in ``stats.m_final``; ``False`` saves one no-grad pass over
+        that turn's rows and leaves ``stats.m_final`` at ``None`` (``track_m_drift`` needs it).
       dp: data parallelism: this process's rank among processes that all call this function
         with the same global batch (:mod:`seeupo.core.parallel`); the result is the
         single-process update.
@@ -400,9 +408,12 @@ def policy_update(
         budget = max(1, (cfg.epochs * cfg.minibatches) // num_turns(batch))
         minibatches = min(cfg.minibatches, budget)
         epochs = budget // minibatches
-    stats.turn_order, stats.m_final = sequential_sweep(
-        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator, dp
+    final_factor = final_factor or track_m_drift
+    stats.turn_order, factor = sequential_sweep(
+        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator, dp,
+        final_factor,
     )
+    stats.m_final = factor if final_factor else None
     if track_m_drift:
         stats.m_current = current_factor(policy, batch, stats.turn_order, cfg, dp)
     return stats

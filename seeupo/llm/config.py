@@ -123,12 +123,16 @@ class LoggingConfig:
     m_drift: for sequential schedules, log ``seeupo/m_drift_max``: how far the recorded factor of
       ``M`` is from the factor under the final policy (``max |log F_recorded - log F_current|``
       over trajectories; 0 with independent per-turn parameters). One extra no-grad pass.
+    m_final: for sequential schedules, log ``seeupo/m_final_mean`` and ``seeupo/m_final_max``, the
+      factor of ``M`` after the whole sweep. Its last turn's ratio is read by no update, so it is
+      computed only for this log: one no-grad pass over the last turn's rows (``m_drift`` implies it).
     """
 
     tensorboard: bool = False
     wandb_project: str | None = None
     progress: bool = True
     m_drift: bool = False
+    m_final: bool = False
 
 
 @dataclass(frozen=True)

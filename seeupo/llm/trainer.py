@@ -220,6 +220,7 @@ class Trainer:
             micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
             row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm,
             track_m_drift=cfg.logging.m_drift and algo.schedule == "sequential", dp=dp,
+            final_factor=cfg.logging.m_final,
         )
         critic_loss = self._update_critic(batch, advantages, values) if self.critic is not None else None
         lr = self.scheduler.get_last_lr()[0]

@@ -182,6 +182,25 @@ def test_m_final_is_product_of_turn_ratios_after_policy_update(order):
     assert not torch.allclose(expected, torch.ones_like(expected))
 
 
+@pytest.mark.parametrize("order", ["reverse", "random"])
+def test_skipping_the_last_turns_factor_changes_no_parameter(order):
+    # the factor after the last turn of the sweep is read by no update: final_factor=False skips its
+    # no-grad pass and leaves the parameters exactly as they were
+    batch, logits = make_rollout(seed=2)
+    cfg = SEEUPO.replace(order=order, epochs=2)
+    adv = compute_advantages(batch, cfg)
+    runs = []
+    for final in (True, False):
+        policy = TinyPolicy(logits)
+        stats = policy_update(policy, CountingSGD(policy.parameters(), lr=2.0), batch, adv, cfg,
+                              generator=torch.Generator().manual_seed(123), final_factor=final)
+        runs.append((policy, stats, len(policy.calls)))
+    (full, full_stats, full_calls), (short, short_stats, short_calls) = runs
+    assert torch.equal(full.logits, short.logits)
+    assert full_stats.m_final is not None and short_stats.m_final is None
+    assert short_calls == full_calls - 1  # one no-grad pass fewer
+
+
 # ---------------------------------------------------------------------------------------------
 # the HAML recursion, with a controlled per-turn update
 # ---------------------------------------------------------------------------------------------

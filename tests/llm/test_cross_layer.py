@@ -116,7 +116,7 @@ def make_trainer(tmp_path, tokenizer, problem_name, preset, extra=()):
         f"algorithm.preset={preset}", "algorithm.group_size=4", "rollout.tasks_per_step=3", f"rollout.temperature={TAU}",
         "model.dtype=float64", f"env.options.instance={path}", f"env.options.alphabet=[{', '.join(alphabet)}]",
         "env.options.num_tasks=3", "env.options.warmup_steps=0", "optim.lr=0.05", "optim.max_grad_norm=0.1",
-        "logging.progress=false", "steps=1", f"out_dir={tmp_path}", *extra,
+        "logging.progress=false", "logging.m_final=true", "steps=1", f"out_dir={tmp_path}", *extra,
     ]
     if preset == "ppo":  # lambda < 1: GAE reads the critic at every token
         overrides.append("algorithm.gae_lambda=0.9")

@@ -22,7 +22,7 @@ WORKER = Path(__file__).with_name("distributed_worker.py")
 # processes, so some passes are padded), gradient clipping and the KL reference on
 OVERRIDES = ["model.dtype=float64", "rollout.tasks_per_step=4", "algorithm.group_size=2", "env.options.warmup_steps=0",
              "env.options.num_tasks=8", "optim.lr=3e-3", "optim.micro_batch_rows=3", "optim.max_grad_norm=0.05",
-             "logging.progress=false", "algorithm.epochs=2", "algorithm.minibatches=2"]
+             "logging.progress=false", "algorithm.epochs=2", "algorithm.minibatches=2", "logging.m_final=true"]
 # per preset, extra overrides. ppo without KL: its first minibatch here has all-zero advantages, so
 # that step's gradient is mathematically 0 and, with KL, only rounding noise (1e-18, different in 1
 # and 2 processes), which Adam (eps 1e-8) turns into parameter differences of 1e-9 three steps later

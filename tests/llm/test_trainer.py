@@ -26,7 +26,7 @@ VERL_KEYS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/kl", "actor/grad_norm"
 
 @pytest.mark.parametrize("preset", ["ppo", "grpo", "gspo", "rloo", "reinforce_pp", "seeupo"])
 def test_every_preset_trains_on_the_bridge(preset, tmp_path):
-    cfg = load_train_config(None, SMALL + [f"algorithm.preset={preset}", "steps=2", f"out_dir={tmp_path}"])
+    cfg = load_train_config(None, SMALL + [f"algorithm.preset={preset}", "steps=2", f"out_dir={tmp_path}", "logging.m_final=true"])
     history = Trainer(cfg).train()
     assert len(history) == 2
     assert VERL_KEYS <= set(history[-1])
