@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import torch
 
+from seeupo.core.batch import SampleBatch
+
 Tensor = torch.Tensor
 
 
@@ -62,14 +64,14 @@ class DataParallel:
         return float(out.item())
 
 
-def owned(batch: Any, dp: DataParallel | None) -> Tensor:
+def owned(batch: SampleBatch, dp: DataParallel | None) -> Tensor:
     """``[n]`` bool: the rows this process runs through the model (all of them without ``dp``)."""
     if dp is None or batch.owner is None:
         return torch.ones(batch.num_rows, dtype=torch.bool, device=batch.traj_id.device)
     return batch.owner == dp.rank
 
 
-def score_rows(score: Callable[[Any], Tensor], batch: Any, dp: DataParallel | None) -> Tensor:
+def score_rows(score: Callable[[SampleBatch], Tensor], batch: SampleBatch, dp: DataParallel | None) -> Tensor:
     """``score(batch)`` (``[n, ...]`` per-row values, no gradient) of every row, each computed by its owner.
 
     Each process scores its own rows, writes them into zeros, and the processes sum: every

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seeupo.llm.distributed import barrier
+
 LATEST = "latest"
 
 
@@ -72,13 +74,6 @@ def _dcp(function, *args, **kwargs):
         return function(*args, **kwargs)
 
 
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def save_checkpoint(
     root: str | Path,
     step: int,
@@ -109,11 +104,11 @@ def save_checkpoint(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    _barrier()
+    barrier()
     if sharded is not None:
         _dcp(dcp.save, sharded, checkpoint_id=tmp / "sharded")
     torch.save(rng_state(), tmp / f"rng_{rank}.pt")
-    _barrier()
+    barrier()
     if rank == 0:
         torch.save(state, tmp / "state.pt")
         (tmp / "meta.json").write_text(json.dumps({"step": step, "time": time.time(), **(meta or {})}, indent=1) + "\n")
@@ -123,7 +118,7 @@ def save_checkpoint(
         if keep is not None:
             for old in sorted(root.glob("step_*"))[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
-    _barrier()
+    barrier()
     return final
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,10 +178,8 @@ def gather_batch(local: SampleBatch, dp: DataParallel) -> SampleBatch:
     """
     import torch.distributed as dist
 
-    meta = {name: getattr(local, name) for name in METADATA}
     parts: list[dict[str, Tensor] | None] = [None] * dp.world_size
-    dist.all_gather_object(parts, pickle.dumps(meta))
-    parts = [pickle.loads(p) for p in parts]  # noqa: S301 - bytes from our own processes
+    dist.all_gather_object(parts, {name: getattr(local, name) for name in METADATA})
     width = max(p["logp_old"].shape[1] for p in parts)
     fields: dict[str, list[Tensor]] = {name: [] for name in METADATA}
     traj_offset = group_offset = 0

@@ -69,3 +69,44 @@ def lm_batch(
 def _lm_batch_fixture():
     """The :func:`lm_batch` helper, as a fixture (avoids importing conftest by name)."""
     return lm_batch
+
+
+def sample_prompts(tokenizer) -> list[list[int]]:
+    """Three prompts of different lengths (one of a single token) for rollout-engine tests."""
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    return [enc("hello there"), enc("The quick brown fox jumps over the lazy dog."), enc("x")]
+
+
+def score_completions(model, prompts, results, tau: float):
+    """``(policy logps, engine logps, batch)`` of every completion of an engine's ``generate`` result.
+
+    The policy scores each (prompt, completion) at temperature ``tau``; the engine's reported
+    log-probabilities are laid out the same way (``[n, L]``, 0 on padding).
+    """
+    from seeupo.llm.policy import CausalLMPolicy
+
+    contexts, responses, logps = [], [], []
+    for prompt, completions in zip(prompts, results):
+        for c in completions:
+            contexts.append(prompt)
+            responses.append(c.token_ids)
+            logps.append(c.logprobs)
+    batch = lm_batch(contexts, responses, dtype=model.dtype)
+    with torch.no_grad():
+        got = CausalLMPolicy(model, temperature=tau, micro_batch_size=8).token_logps(batch)
+    engine = torch.zeros_like(got)
+    for i, lp in enumerate(logps):
+        engine[i, : len(lp)] = torch.tensor(lp, dtype=got.dtype)
+    return got, engine, batch
+
+
+@pytest.fixture(name="sample_prompts")
+def _sample_prompts_fixture():
+    """The :func:`sample_prompts` helper, as a fixture."""
+    return sample_prompts
+
+
+@pytest.fixture(name="score_completions")
+def _score_completions_fixture():
+    """The :func:`score_completions` helper, as a fixture."""
+    return score_completions

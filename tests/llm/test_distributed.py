@@ -97,11 +97,17 @@ def test_two_processes_make_the_single_process_update(tmp_path):
         assert any(float((second[k] - params[k]).abs().max()) > 1e-6 for k in params)
 
 
-def test_gather_batch_inverts_split_groups_in_one_process():
+def test_split_groups_gives_each_process_whole_groups_renumbered_from_zero():
+    # (gather_batch, its inverse, needs processes: the 2-process test above runs it)
     cfg = load_train_config(None, OVERRIDES + ["out_dir=unused"])
     batch = Trainer(cfg).rollout(1).batch
     parts = [split_groups(batch, 2, r) for r in range(2)]
     assert [p.num_groups for p in parts] == [2, 2] and all(int(p.traj_id.min()) == 0 for p in parts)
+    assert sum(p.num_rows for p in parts) == batch.num_rows
+    # the rows keep their order: process 0's rows then process 1's are the batch's rows
+    torch.testing.assert_close(torch.cat([p.logp_old for p in parts]), batch.logp_old, rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([p.traj_id + r * parts[0].num_trajectories for r, p in enumerate(parts)]),
+                               batch.traj_id, rtol=0, atol=0)
     with pytest.raises(ValueError, match="cannot be split"):
         split_groups(batch, 3, 0)
 

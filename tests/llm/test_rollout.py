@@ -14,31 +14,11 @@ from seeupo.llm.policy import CausalLMPolicy
 from seeupo.llm.rollout import HFGenerateEngine, SamplingParams
 
 
-def _prompts(tokenizer):
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    return [enc("hello there"), enc("The quick brown fox jumps over the lazy dog."), enc("x")]
-
-
-def _score(model, prompts, results, tau, lm_batch):
-    contexts, responses, logps = [], [], []
-    for prompt, completions in zip(prompts, results):
-        for c in completions:
-            contexts.append(prompt)
-            responses.append(c.token_ids)
-            logps.append(c.logprobs)
-    batch = lm_batch(contexts, responses, dtype=model.dtype)
-    got = CausalLMPolicy(model, temperature=tau, micro_batch_size=4).token_logps(batch).detach()
-    engine = torch.zeros_like(got)
-    for i, lp in enumerate(logps):
-        engine[i, : len(lp)] = torch.tensor(lp, dtype=got.dtype)
-    return got, engine, batch
-
-
 @pytest.mark.parametrize("dtype_name,tol", [("float32", 1e-5), ("float64", 2e-6)])
-def test_engine_logprobs_equal_the_policy(tiny32, tiny64, lm_batch, dtype_name, tol):
+def test_engine_logprobs_equal_the_policy(tiny32, tiny64, dtype_name, tol, sample_prompts, score_completions):
     # float64 is not tighter than ~1e-6: generate casts logits to float32 (rollout module docstring)
     model, tokenizer = tiny64 if dtype_name == "float64" else tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     params = SamplingParams(temperature=0.9, max_new_tokens=12, stop_token_ids=(tokenizer.eos_token_id,), seed=3)
     results = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=4).generate(prompts, 3, params)
     assert [len(r) for r in results] == [3, 3, 3]
@@ -47,23 +27,23 @@ def test_engine_logprobs_equal_the_policy(tiny32, tiny64, lm_batch, dtype_name, 
             assert len(c.token_ids) == len(c.logprobs) and 1 <= len(c.token_ids) <= 12
             assert c.finish_reason == ("stop" if c.token_ids[-1] == tokenizer.eos_token_id else "length")
             assert tokenizer.eos_token_id not in c.token_ids[:-1]
-    got, engine, batch = _score(model, prompts, results, 0.9, lm_batch)
+    got, engine, batch = score_completions(model, prompts, results, 0.9)
     assert (got - engine).abs().max() < tol
     # the policy at another temperature does not match: the ratio needs the sampling temperature
     other = CausalLMPolicy(model, temperature=1.0).token_logps(batch).detach()
     assert (other - engine).abs().max() > 1e-3
 
 
-def test_model_generation_config_does_not_leak(tiny32, lm_batch):
+def test_model_generation_config_does_not_leak(tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
     model = copy.deepcopy(model)
     # a checkpoint's sampling defaults: they must not change the engine's distribution
     model.generation_config.top_k = 5
     model.generation_config.repetition_penalty = 2.0
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=2)
     results = HFGenerateEngine(model, tokenizer.pad_token_id).generate(prompts, 2, params)
-    got, engine, _ = _score(model, prompts, results, 1.0, lm_batch)
+    got, engine, _ = score_completions(model, prompts, results, 1.0)
     assert (got - engine).abs().max() < 1e-5
     assert model.generation_config.top_k == 5  # and the model's own config is restored
 
@@ -76,52 +56,52 @@ def test_sampling_params_are_validated(bad):
         SamplingParams(**bad)
 
 
-def test_seed_reproduces_and_leaves_global_rng_alone(tiny32):
+def test_seed_reproduces_and_leaves_global_rng_alone(tiny32, sample_prompts):
     model, tokenizer = tiny32
     engine = HFGenerateEngine(model, tokenizer.pad_token_id)
     params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11)
     state = torch.get_rng_state()
-    a = engine.generate(_prompts(tokenizer), 2, params)
+    a = engine.generate(sample_prompts(tokenizer), 2, params)
     assert torch.equal(torch.get_rng_state(), state)
-    b = engine.generate(_prompts(tokenizer), 2, params)
-    c = engine.generate(_prompts(tokenizer), 2, SamplingParams(temperature=1.0, max_new_tokens=8, seed=12))
+    b = engine.generate(sample_prompts(tokenizer), 2, params)
+    c = engine.generate(sample_prompts(tokenizer), 2, SamplingParams(temperature=1.0, max_new_tokens=8, seed=12))
     ids = lambda r: [x.token_ids for group in r for x in group]  # noqa: E731
     assert ids(a) == ids(b)
     assert ids(a) != ids(c)
 
 
-def test_stop_tokens_and_length(tiny32):
+def test_stop_tokens_and_length(tiny32, sample_prompts):
     model, tokenizer = tiny32
     engine = HFGenerateEngine(model, tokenizer.pad_token_id)
     everything = tuple(range(len(tokenizer)))
-    stopped = engine.generate(_prompts(tokenizer), 2, SamplingParams(max_new_tokens=5, stop_token_ids=everything, seed=0))
+    stopped = engine.generate(sample_prompts(tokenizer), 2, SamplingParams(max_new_tokens=5, stop_token_ids=everything, seed=0))
     assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for g in stopped for c in g)
-    running = engine.generate(_prompts(tokenizer), 2, SamplingParams(max_new_tokens=5, stop_token_ids=(), seed=0))
+    running = engine.generate(sample_prompts(tokenizer), 2, SamplingParams(max_new_tokens=5, stop_token_ids=(), seed=0))
     assert all(len(c.token_ids) == 5 and c.finish_reason == "length" for g in running for c in g)
 
 
-def test_top_p_logprobs_are_of_the_truncated_distribution(tiny32, lm_batch):
+def test_top_p_logprobs_are_of_the_truncated_distribution(tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     params = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=6, seed=5)
     results = HFGenerateEngine(model, tokenizer.pad_token_id).generate(prompts, 2, params)
-    got, engine, batch = _score(model, prompts, results, 1.0, lm_batch)
+    got, engine, batch = score_completions(model, prompts, results, 1.0)
     mask = batch.token_mask
     # renormalising over the nucleus makes every sampled token more likely than under the full softmax
     assert torch.all(engine[mask] >= got[mask] - 1e-5)
     assert torch.any(engine[mask] > got[mask] + 1e-3)
 
 
-def test_greedy_is_the_argmax_and_padding_free(tiny64, lm_batch):
+def test_greedy_is_the_argmax_and_padding_free(tiny64, sample_prompts, score_completions):
     model, tokenizer = tiny64
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     engine = HFGenerateEngine(model, tokenizer.pad_token_id)
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
     together = engine.generate(prompts, 1, params)
     alone = [engine.generate([p], 1, params)[0] for p in prompts]
     # left padding inside the engine does not change a prompt's continuation
     assert [g[0].token_ids for g in together] == [g[0].token_ids for g in alone]
-    got, logps, _ = _score(model, prompts, together, 1.0, lm_batch)
+    got, logps, _ = score_completions(model, prompts, together, 1.0)
     assert (got - logps).abs().max() < 2e-6
     for prompt, group in zip(prompts, together):
         ids = torch.tensor([prompt + group[0].token_ids])

@@ -20,7 +20,6 @@ import torch
 pytest.importorskip("transformers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 pytest.importorskip("tokenizers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 
-from seeupo.llm.policy import CausalLMPolicy
 from seeupo.llm.rollout import SamplingParams
 
 # float32: the engine and the HF model of these tests are float32; the policy computes in float32
@@ -71,25 +70,9 @@ def test_engine_start_keeps_the_callers_random_state(engine):
     assert _START["rng_kept"]
 
 
-def _prompts(tokenizer):
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    return [enc("hello there"), enc("The quick brown fox jumps over the lazy dog."), enc("x")]
-
-
-def _diff(model, prompts, results, tau, lm_batch):
-    """``(max |logp_engine - logp_policy|, policy logps, engine logps, mask)`` over all sampled tokens."""
-    contexts, responses, logps = [], [], []
-    for prompt, completions in zip(prompts, results):
-        for c in completions:
-            contexts.append(prompt)
-            responses.append(c.token_ids)
-            logps.append(c.logprobs)
-    batch = lm_batch(contexts, responses, dtype=torch.float32)
-    with torch.no_grad():
-        got = CausalLMPolicy(model, temperature=tau, micro_batch_size=16).token_logps(batch)
-    engine = torch.zeros_like(got)
-    for i, lp in enumerate(logps):
-        engine[i, : len(lp)] = torch.tensor(lp, dtype=got.dtype)
+def _diff(score_completions, model, prompts, results, tau):
+    """``(max |logp_engine - logp_policy|, policy logps, engine logps)`` over all sampled tokens."""
+    got, engine, batch = score_completions(model, prompts, results, tau)
     mask = batch.token_mask
     return float((got - engine)[mask].abs().max()), got[mask], engine[mask]
 
@@ -123,9 +106,9 @@ def _ids(results):
 
 
 @pytest.mark.vllm
-def test_logprobs_are_of_the_tempered_distribution(engine, tiny32, lm_batch):
+def test_logprobs_are_of_the_tempered_distribution(engine, tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     eos = tokenizer.eos_token_id
     params = SamplingParams(temperature=0.7, max_new_tokens=12, stop_token_ids=(eos,), seed=3)
     results = engine.generate(prompts, 3, params)
@@ -135,21 +118,21 @@ def test_logprobs_are_of_the_tempered_distribution(engine, tiny32, lm_batch):
             assert len(c.token_ids) == len(c.logprobs) and 1 <= len(c.token_ids) <= 12
             assert c.finish_reason == ("stop" if c.token_ids[-1] == eos else "length")
             assert eos not in c.token_ids[:-1]
-    diff, _, _ = _diff(model, prompts, results, 0.7, lm_batch)
+    diff, _, _ = _diff(score_completions, model, prompts, results, 0.7)
     print(f"max |logp_vllm - logp_hf| at temperature 0.7: {diff:.3g}")
     assert diff < TOL
     # processed_logprobs: the raw (temperature-1) log-probs would not match
-    raw, _, _ = _diff(model, prompts, results, 1.0, lm_batch)
+    raw, _, _ = _diff(score_completions, model, prompts, results, 1.0)
     assert raw > 1e-2
 
 
 @pytest.mark.vllm
-def test_greedy_reports_untempered_logprobs_of_the_argmax(engine, tiny32, lm_batch):
+def test_greedy_reports_untempered_logprobs_of_the_argmax(engine, tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     results = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=6))
     assert all(len(c.token_ids) == 6 and c.finish_reason == "length" for g in results for c in g)
-    diff, _, _ = _diff(model, prompts, results, 1.0, lm_batch)
+    diff, _, _ = _diff(score_completions, model, prompts, results, 1.0)
     assert diff < TOL
     # each token is the argmax (up to float ties) of the HF model's next-token distribution
     for prompt, (c,) in zip(prompts, results):
@@ -161,9 +144,9 @@ def test_greedy_reports_untempered_logprobs_of_the_argmax(engine, tiny32, lm_bat
 
 
 @pytest.mark.vllm
-def test_n_samples_and_seeds(engine, tiny32):
+def test_n_samples_and_seeds(engine, tiny32, sample_prompts):
     _, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11)
     state = torch.get_rng_state()
     a = engine.generate(prompts, 4, params)
@@ -181,9 +164,9 @@ def test_n_samples_and_seeds(engine, tiny32):
 
 
 @pytest.mark.vllm
-def test_stop_tokens_and_length(engine, tiny32):
+def test_stop_tokens_and_length(engine, tiny32, sample_prompts):
     _, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     everything = tuple(range(len(tokenizer)))
     stopped = engine.generate(prompts, 2, SamplingParams(max_new_tokens=5, stop_token_ids=everything, seed=0))
     assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for g in stopped for c in g)
@@ -197,20 +180,20 @@ def test_stop_tokens_and_length(engine, tiny32):
 
 
 @pytest.mark.vllm
-def test_top_p_logprobs_are_of_the_truncated_distribution(engine, tiny32, lm_batch):
+def test_top_p_logprobs_are_of_the_truncated_distribution(engine, tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     results = engine.generate(prompts, 2, SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=6, seed=5))
-    _, got, eng = _diff(model, prompts, results, 1.0, lm_batch)
+    _, got, eng = _diff(score_completions, model, prompts, results, 1.0)
     # renormalising over the nucleus makes every sampled token more likely than under the full softmax
     assert torch.all(eng >= got - TOL)
     assert torch.any(eng > got + 1e-2)
 
 
 @pytest.mark.vllm
-def test_sync_weights(engine, tiny32, lm_batch):
+def test_sync_weights(engine, tiny32, sample_prompts, score_completions):
     model, tokenizer = tiny32
-    prompts = _prompts(tokenizer)
+    prompts = sample_prompts(tokenizer)
     params = SamplingParams(temperature=0.8, max_new_tokens=10, seed=21)
     before = engine.generate(prompts, 2, params)
     fixed = [p + c.token_ids for p, g in zip(prompts, before) for c in g]  # fixed token sequences
@@ -220,12 +203,12 @@ def test_sync_weights(engine, tiny32, lm_batch):
         for p in updated.parameters():
             p.add_(0.05 * torch.randn_like(p))
     # the completions sampled with the old weights, against the updated HF model: stale
-    stale, _, _ = _diff(updated, prompts, before, 0.8, lm_batch)
+    stale, _, _ = _diff(score_completions, updated, prompts, before, 0.8)
     stale_fixed = _fixed_sequence_gap(engine, updated, fixed)
     engine.sync_weights(updated)
     synced_fixed = _fixed_sequence_gap(engine, updated, fixed)
     after = engine.generate(prompts, 2, params)
-    synced, _, _ = _diff(updated, prompts, after, 0.8, lm_batch)
+    synced, _, _ = _diff(score_completions, updated, prompts, after, 0.8)
     print(
         f"max |logp_vllm - logp_hf(updated)|: sampled tokens before sync {stale:.3g}, after sync {synced:.3g}; "
         f"fixed sequences (temperature 1) before sync {stale_fixed:.3g}, after sync {synced_fixed:.3g}"
@@ -237,7 +220,7 @@ def test_sync_weights(engine, tiny32, lm_batch):
     engine.sync_weights(model)
     again = engine.generate(prompts, 2, params)
     assert _ids(again) == _ids(before)
-    restored, _, _ = _diff(model, prompts, again, 0.8, lm_batch)
+    restored, _, _ = _diff(score_completions, model, prompts, again, 0.8)
     assert restored < TOL
 
 
