@@ -113,7 +113,11 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     ones). Only the layers' own ``training`` flag is set, not their children's: the checkpoint
     runs and every dropout inside stays off.
     """
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers < 5.23 (5.17 on the GPU image) has only the older name, deprecated since
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     for layer in decoder_layers(model):
         layer.training = True
 
