@@ -324,7 +324,7 @@ def _train(cfg, args: argparse.Namespace, trainer, out: Path) -> int:
         say = tqdm.write
     try:
         for metrics in trainer.run(resume=args.resume, progress=progress):
-            shown = {k: metrics[k] for k in ("reward/mean", "bridge/J", "bridge/J_star", "actor/kl") if k in metrics}
+            shown = {k: metrics[k] for k in ("critic/score/mean", "bridge/J", "bridge/J_star", "actor/kl_loss") if k in metrics}
             say("  ".join([f"step {trainer.step_count}"] + [f"{k} {v:.4f}" for k, v in shown.items()]))
     except TrainingDiverged as err:
         if trainer.is_main:

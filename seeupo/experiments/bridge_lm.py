@@ -253,7 +253,7 @@ def summarise_run(records: list[dict[str, Any]]) -> dict[str, Any]:
         "largest_decrease": max(drops, default=0.0),
         "m_drift_max_mean": statistics.fmean(drift) if drift else None,
         "step_seconds_mean": statistics.fmean(r["timing_s/step"] for r in steps) if steps else None,
-        "update_seconds_mean": statistics.fmean(r["timing_s/update"] for r in steps) if steps else None,
+        "update_seconds_mean": statistics.fmean(r["timing_s/update_actor"] for r in steps) if steps else None,
         "valid_prob_turn0_final": records[-1].get("bridge/valid_prob_turn0"),
     }
 

@@ -5,8 +5,8 @@ Data: the run folders given (``seeupo figures training_curves --runs DIR [DIR ..
 ``metrics.jsonl`` whose ``config.yaml`` has ``env.name: bfcl``). When there is none (no BFCL run of
 this project finished a step on CPU: ``paper_repro/bfcl/README.md``), the figure says so and draws a
 tiny run made now instead: ``seeupo train configs/bridge_tiny_seeupo.yaml`` (the bridge, tiny Qwen3;
-4 steps of 4 tasks x 4 rollouts with ``--quick``, else 12 steps of the config's 8 x 8), labelled as such. Curves: ``reward/mean``, ``actor/pg_loss``,
-``actor/kl``, ``actor/pg_clipfrac``, ``bridge/J`` (bridge runs) and ``timing_s/step``.
+4 steps of 4 tasks x 4 rollouts with ``--quick``, else 12 steps of the config's 8 x 8), labelled as such. Curves: ``critic/score/mean``, ``actor/pg_loss``,
+``actor/kl_loss``, ``actor/pg_clipfrac``, ``bridge/J`` (bridge runs) and ``timing_s/step``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from seeupo.figures._common import REPO, module_main, pyplot, rel, save
 
-KEYS = ("reward/mean", "actor/pg_loss", "actor/kl", "actor/pg_clipfrac", "bridge/J", "timing_s/step")
+KEYS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac", "bridge/J", "timing_s/step")
 DEMO_CONFIG = "configs/bridge_tiny_seeupo.yaml"
 
 

@@ -1,8 +1,8 @@
 """Training metrics: one JSON object per step in ``metrics.jsonl``, optionally TensorBoard and W&B.
 
-Names follow verl's dashboards (``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/kl``,
-``critic/vf_loss``, ``reward/mean``, ``response_length/mean``, ``timing_s/gen``,
-``timing_s/update``, ``perf/throughput``), so a user reads them where they already look.
+Names follow verl's dashboards (``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/kl_loss``,
+``critic/vf_loss``, ``critic/score/mean``, ``response_length/mean``, ``timing_s/gen``,
+``timing_s/update_actor``, ``perf/throughput``), so a user reads them where they already look.
 
 The JSONL file is the record of the run: every line is flushed as it is written, a
 non-finite value is written as ``null`` (JSON has no NaN), and on resume the lines after the

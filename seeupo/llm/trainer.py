@@ -195,7 +195,7 @@ class Trainer:
         metrics = self.update(batch)
         metrics["timing_s/gen"] = t_gen - t_start
         metrics["timing_s/step"] = time.perf_counter() - t_start
-        metrics["perf/throughput"] = metrics["perf/trained_tokens"] / max(metrics["timing_s/step"], 1e-9)
+        metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / max(metrics["timing_s/step"], 1e-9)
         return metrics
 
     def update(self, batch: SampleBatch) -> dict[str, float]:
@@ -239,20 +239,20 @@ class Trainer:
         metrics: dict[str, float] = {
             "actor/pg_loss": -_mean(stats.objective),
             "actor/pg_clipfrac": _mean(stats.clip_frac),
-            "actor/kl": _mean(stats.kl),
+            "actor/kl_loss": _mean(stats.kl),
             "actor/grad_norm": _mean(stats.grad_norm),
             "actor/lr": lr,
             "actor/optimizer_steps": float(stats.steps),
             "actor/skipped_steps": float(stats.skipped_steps),
-            "reward/mean": float(returns.mean()),
-            "reward/max": float(returns.max()),
-            "reward/min": float(returns.min()),
+            "critic/score/mean": float(returns.mean()),
+            "critic/score/max": float(returns.max()),
+            "critic/score/min": float(returns.min()),
             "response_length/mean": float(response_tokens.mean()) if response_tokens.numel() else 0.0,
             "episode/turns_mean": float(turns.mean()),
             "rollout/logp_diff_max": float(logp_diff.max()) if logp_diff.numel() else 0.0,
             "timing_s/prep": t_prep - t_start,
-            "timing_s/update": t_update - t_prep,
-            "perf/trained_tokens": float(real.sum()),
+            "timing_s/update_actor": t_update - t_prep,
+            "perf/total_num_tokens": float(real.sum()),
         }
         if stats.m_final is not None:
             metrics["seeupo/m_final_mean"] = float(stats.m_final.mean())
@@ -261,7 +261,7 @@ class Trainer:
             metrics["seeupo/m_drift_max"] = float((stats.m_final.log() - stats.m_current.log()).abs().max())
         if critic_loss is not None:
             metrics["critic/vf_loss"] = critic_loss
-            metrics["critic/values_mean"] = float(values[real].mean())
+            metrics["critic/values/mean"] = float(values[real].mean())
         if self.env.metrics is not None:
             metrics |= self.env.metrics(self.policy)
         return metrics
@@ -400,7 +400,7 @@ class Trainer:
                 metrics = self.step()
                 logger.log(self.step_count, metrics)
                 if hasattr(bar, "set_postfix"):
-                    bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in ("reward/mean", "bridge/J") if k in metrics})
+                    bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in ("critic/score/mean", "bridge/J") if k in metrics})
                 done = self.step_count == cfg.steps
                 if done or self.step_count % cfg.checkpoint.every == 0 or self.non_finite_in_a_row >= cfg.optim.max_non_finite:
                     self.save()

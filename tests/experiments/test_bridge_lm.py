@@ -49,7 +49,7 @@ def test_quick_sweep_writes_consistent_tables(tmp_path):
 
 def test_summary_counts_decreases():
     records = [{"step": 0, "bridge/J": 0.5, "bridge/J_star": 1.0}]
-    records += [{"step": k + 1, "bridge/J": j, "timing_s/step": 1.0, "timing_s/update": 0.5, "seeupo/m_drift_max": 0.1}
+    records += [{"step": k + 1, "bridge/J": j, "timing_s/step": 1.0, "timing_s/update_actor": 0.5, "seeupo/m_drift_max": 0.1}
                 for k, j in enumerate([0.6, 0.4, 0.4 - 1e-9, 0.7, 0.65])]
     s = bridge_lm.summarise_run(records)
     assert s["decreases"] == 2 and math.isclose(s["largest_decrease"], 0.2)

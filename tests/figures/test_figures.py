@@ -113,14 +113,14 @@ def test_order_ablation_reverse_needs_one_sweep_and_forward_may_need_t():
 def test_training_curves_reads_any_run_folder_and_skips_torn_lines(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    rows = [{"step": 0, "bridge/J": 0.4}, {"step": 1, "reward/mean": 0.5, "actor/pg_loss": -0.1, "timing_s/step": 2.0, "bridge/J": 0.5},
-            {"step": 2, "reward/mean": 0.75, "actor/pg_loss": -0.05, "timing_s/step": 2.1, "bridge/J": 0.6}]
+    rows = [{"step": 0, "bridge/J": 0.4}, {"step": 1, "critic/score/mean": 0.5, "actor/pg_loss": -0.1, "timing_s/step": 2.0, "bridge/J": 0.5},
+            {"step": 2, "critic/score/mean": 0.75, "actor/pg_loss": -0.05, "timing_s/step": 2.1, "bridge/J": 0.6}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "rew')
     (run / "config.yaml").write_text("algorithm: {preset: grpo}\nenv: {name: bfcl}\n")
     got = read_run(run)
     assert got["steps"] == 2 and got["env"] == "bfcl" and got["preset"] == "grpo"
-    assert got["curves"]["reward/mean"] == [[1, 0.5], [2, 0.75]] and got["curves"]["bridge/J"][0] == [0, 0.4]
-    assert "actor/kl" not in got["curves"]
+    assert got["curves"]["critic/score/mean"] == [[1, 0.5], [2, 0.75]] and got["curves"]["bridge/J"][0] == [0, 0.4]
+    assert "actor/kl_loss" not in got["curves"]
     data = module("training_curves").compute(quick=True, runs=[str(run)])
     assert data["source"] == "given run folders" and "note" not in data
     module("training_curves").plot(json.loads(json.dumps(data)), tmp_path / "t.png")

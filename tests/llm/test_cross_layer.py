@@ -234,7 +234,7 @@ def run_and_compare(tmp_path, tokenizer, problem_name, preset, extra=()):
     assert metrics["actor/optimizer_steps"] == stats.steps and stats.skipped_steps == 0
     assert abs(metrics["actor/pg_loss"] + mean(stats.objective)) <= TOL
     assert abs(metrics["actor/grad_norm"] - mean(stats.grad_norm)) <= TOL * max(1.0, mean(stats.grad_norm))
-    assert abs(metrics["actor/kl"] - mean(stats.kl)) <= TOL
+    assert abs(metrics["actor/kl_loss"] - mean(stats.kl)) <= TOL
     assert abs(metrics["actor/pg_clipfrac"] - mean(stats.clip_frac)) <= TOL
     if stats.m_final is not None:
         assert abs(metrics["seeupo/m_final_mean"] - float(stats.m_final.mean())) <= TOL

@@ -78,7 +78,7 @@ def test_two_processes_make_the_single_process_update(tmp_path):
         params, metrics, second = single[preset]
         dp = torch.load(tmp_path / preset / "dp_result.pt", weights_only=False)
         _assert_close(dp["params"], params, f"{preset}: first update")
-        for key in ("actor/pg_loss", "actor/kl", "actor/grad_norm", "actor/pg_clipfrac", "reward/mean", "actor/optimizer_steps"):
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/pg_clipfrac", "critic/score/mean", "actor/optimizer_steps"):
             assert dp["metrics"][key] == pytest.approx(metrics[key], rel=1e-9, abs=1e-12), key
         if preset == "seeupo":
             assert dp["metrics"]["seeupo/m_final_max"] == pytest.approx(metrics["seeupo/m_final_max"], rel=1e-9)

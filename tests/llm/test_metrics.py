@@ -8,13 +8,13 @@ from seeupo.llm.metrics import METRICS_FILE, MetricsLogger, read_metrics
 
 def test_records_are_flushed_and_valid_json(tmp_path):
     logger = MetricsLogger(tmp_path)
-    logger.log(1, {"actor/pg_loss": 0.5, "reward/mean": math.nan})
+    logger.log(1, {"actor/pg_loss": 0.5, "critic/score/mean": math.nan})
     # flushed: readable before close
     lines = (tmp_path / METRICS_FILE).read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [{"step": 1, "actor/pg_loss": 0.5, "reward/mean": None}]
+    assert [json.loads(x) for x in lines] == [{"step": 1, "actor/pg_loss": 0.5, "critic/score/mean": None}]
     logger.log(2, {"actor/pg_loss": math.inf})
     logger.close()
-    assert read_metrics(tmp_path) == [{"step": 1, "actor/pg_loss": 0.5, "reward/mean": None}, {"step": 2, "actor/pg_loss": None}]
+    assert read_metrics(tmp_path) == [{"step": 1, "actor/pg_loss": 0.5, "critic/score/mean": None}, {"step": 2, "actor/pg_loss": None}]
 
 
 def test_resume_drops_the_steps_after_the_checkpoint(tmp_path):
@@ -61,6 +61,6 @@ def test_wandb_backend_offline_run_lives_in_the_run_folder(tmp_path, monkeypatch
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     with MetricsLogger(tmp_path, wandb_project="seeupo-test", run_name="t", config={"steps": 2}) as logger:
-        logger.log(1, {"reward/mean": 0.5})
+        logger.log(1, {"critic/score/mean": 0.5})
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1 and runs[0].stat().st_size > 0

@@ -20,8 +20,8 @@ from seeupo.llm.trainer import Trainer  # noqa: E402
 
 SMALL = ["rollout.tasks_per_step=2", "algorithm.group_size=2", "env.options.warmup_steps=5", "env.options.num_tasks=4",
          "optim.lr=3e-3", "logging.progress=false"]
-VERL_KEYS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/kl", "actor/grad_norm", "actor/lr", "reward/mean",
-             "response_length/mean", "timing_s/gen", "timing_s/update", "perf/throughput", "bridge/J", "bridge/J_star"}
+VERL_KEYS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/kl_loss", "actor/grad_norm", "actor/lr", "critic/score/mean",
+             "response_length/mean", "timing_s/gen", "timing_s/update_actor", "perf/throughput", "bridge/J", "bridge/J_star"}
 
 
 @pytest.mark.parametrize("preset", ["ppo", "grpo", "gspo", "rloo", "reinforce_pp", "seeupo"])
