@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from seeupo.llm.envs import bfcl
-from seeupo.llm.envs.toolcalls import ToolCallError, parse_python, validate
+from seeupo.llm.envs.toolcalls import ToolCall, ToolCallError, parse_python, validate
 
 if not bfcl.bfcl_available():
     pytest.skip(bfcl.INSTALL_HINT, allow_module_level=True)
@@ -184,9 +184,8 @@ def test_wrong_calls_score_zero():
 
 def test_rejected_responses_execute_nothing_and_explain(monkeypatch):
     executed = []
-    real = multi_turn_utils.execute_multi_turn_func_call
-    monkeypatch.setattr(multi_turn_utils, "execute_multi_turn_func_call",
-                        lambda calls, *a, **k: executed.append(list(calls)) or real(calls, *a, **k))
+    real = bfcl._call_backend
+    monkeypatch.setattr(bfcl, "_call_backend", lambda methods, call: executed.append(call) or real(methods, call))
     env = bfcl.BFCLEnv()
     env.reset("multi_turn_base_0")
     for payload in ["[__import__('os').system('echo pwned')]", "[cd(folder=open('/etc/passwd').read())]",
@@ -198,7 +197,7 @@ def test_rejected_responses_execute_nothing_and_explain(monkeypatch):
     assert executed == [] and r.info["rejections"] == 5
     assert not [k for k in seeupo_keys() if k.startswith(env.model_name)]  # no backend was even created
     r = env.step("[cd(folder='document')]", [])
-    assert executed == [["cd(folder='document')"]] and not r.info["rejected"]
+    assert executed == [ToolCall("cd", {"folder": "document"})] and not r.info["rejected"]
 
 
 def test_miss_func_reveals_the_held_out_function_at_its_turn():
