@@ -71,7 +71,8 @@ _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|<tool_call>|</tool_call>|[^"<]+|<', re.DOTALL)
 _UNBALANCED = "unbalanced <tool_call> tags: write each call as <tool_call>{...}</tool_call>"
 _FENCE_LANGS = ("", "python", "py", "json", "tool_code", "tool_call")
-_CALL_START = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+# any identifier, not only ASCII ones: a call with a look-alike name is rejected with a message, not taken for prose
+_CALL_START = re.compile(r"\A[^\W\d][\w.]*\s*\(")
 
 
 class ToolCallError(ValueError):
