@@ -24,7 +24,11 @@ tokens of call syntax are checked before the tree is read.)
 A response whose whole body is call syntax is read as call syntax, even when a string literal in
 it holds ``<tool_call>``; otherwise a response with ``<tool_call>`` tags is read as JSON.
 
-``<think>...</think>`` reasoning is removed first. A response in neither format (plain prose,
+Leading reasoning is removed first: ``<think>...</think>`` blocks at the start, or everything up to
+the first ``</think>`` when the chat template opened the block (unfinished reasoning: no calls).
+Only a leading block is reasoning, so think tags inside a later string argument are data (but a
+response without reasoning that writes ``</think>`` in an argument is read as template-opened
+reasoning up to it: the two cannot be told apart from the text). A response in neither format (plain prose,
 or ``[]``) has **no calls**. A response that tries a format and fails is **rejected** with a
 :class:`ToolCallError` whose message is meant for the model.
 
@@ -65,7 +69,7 @@ MAX_STR_CHARS = 10_000
 MAX_INT = 2**63 - 1
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 # inside a block: a JSON string (closed or, at the end of the text, not), a tag, or other text
 _BLOCK_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|<tool_call>|</tool_call>|[^"<]+|<', re.DOTALL)
@@ -134,10 +138,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without ``<think>...</think>`` blocks (and without an unclosed block's end marker)."""
-    text = _THINK.sub("", text)
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+    """``text`` without its leading reasoning (see the module docstring).
+
+    Reasoning ends at the first ``</think>`` (the model cannot write that tag inside its reasoning
+    without ending it); tags after it belong to the answer, e.g. to a string argument."""
+    if not text.lstrip().startswith(_THINK_OPEN) and _THINK_CLOSE in text:  # the chat template opened the block
+        text = text.split(_THINK_CLOSE, 1)[1]
+    while text.lstrip().startswith(_THINK_OPEN):
+        text = text.lstrip()
+        close = text.find(_THINK_CLOSE)
+        if close == -1:  # cut inside its reasoning: no answer yet
+            return ""
+        text = text[close + len(_THINK_CLOSE):]
     return text
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from seeupo.llm.envs.toolcalls import (
     MAX_DEPTH,
     MAX_STR_CHARS,
+    ParsedResponse,
     RawCall,
     ToolCall,
     ToolCallError,
@@ -268,6 +269,34 @@ def test_duplicate_keys_are_refused_in_both_formats_at_any_level():
         calls_of("[anything(x={'a': 1, 'A': 2, 'ａ': 3})]") == [ToolCall("anything", {"x": {"a": 1, "A": 2, "ａ": 3}})]
 
 
+finite_literals = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**62), 2**62), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=10)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), finite_literals, min_size=1, max_size=4), finite_literals, st.data())
+def test_fuzz_a_repeated_key_anywhere_is_refused_in_both_formats(obj, other, data):
+    """An object with one key written twice (a different value or the same), alone or inside a list
+    or another object, is refused in JSON and in call syntax; written once, it is accepted as is."""
+    key = data.draw(st.sampled_from(sorted(obj)))
+    value = data.draw(st.sampled_from([obj[key], other]))
+    wrap = data.draw(st.sampled_from(["{}", "[{}]", '{{"k": {}}}']))
+    once_json = json.dumps(obj)
+    twice_json = once_json[:-1] + ", " + json.dumps(key) + ": " + json.dumps(value) + "}"
+    once_py, twice_py = repr(obj), repr(obj)[:-1] + ", " + repr(key) + ": " + repr(value) + "}"
+    wrap_py = wrap.replace('"k"', "'k'")
+    for text in (f'<tool_call>{{"name": "anything", "arguments": {{"x": {wrap.format(twice_json)}}}}}</tool_call>',
+                 f"[anything(x={wrap_py.format(twice_py)})]"):
+        assert "given twice" in rejection(text), text
+    accepted = outcome(f'<tool_call>{{"name": "anything", "arguments": {{"x": {wrap.format(once_json)}}}}}</tool_call>')
+    assert accepted == outcome(f"[anything(x={wrap_py.format(once_py)})]") != "rejected"
+    assert json.dumps(accepted[0].arguments["x"]) == wrap.format(once_json)
+
+
 def look_alikes(name: str) -> list[str]:
     """Spellings of an ASCII name that NFKC maps back to it: fullwidth, mathematical bold, mixed."""
     fullwidth = "".join(chr(ord(c) + 0xFEE0) for c in name)
@@ -352,17 +381,38 @@ def test_a_tag_inside_a_string_argument_is_data(folder):
     assert outcome(f"Sure.\n{block}\n{block}") == expected * 2
 
 
-tag_strings = st.lists(st.sampled_from(["<tool_call>", "</tool_call>", '"', "'", "\\", "ls(", "cd(x)", "{", "}", "[",
-                                        "]", "a", " ", "\n", "<", ">", "tool_call"]), max_size=12).map("".join)
+@pytest.mark.parametrize("reasoning", ["<think>I will write it.</think>\n", "<think>a</think> <think>b</think>\n",
+                                       "The template opened the block; I will write it.</think>\n\n"])
+@pytest.mark.parametrize("folder", ["</think>", "<think>x</think>y", "a</think>b</think>c", "<think>"])
+def test_only_leading_reasoning_is_removed_think_tags_in_arguments_are_data(reasoning, folder):
+    expected = [ToolCall("cd", {"folder": folder})]
+    assert outcome(f"{reasoning}[cd(folder={folder!r})]") == expected
+    block = "<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>"
+    assert outcome(f"{reasoning}{block}") == expected
+
+
+@pytest.mark.parametrize("text", ["<think>I will call [cd(folder='x')]", "<think>cut here <tool_call>{\"name\": \"ls\"}</tool_call>",
+                                  "<think>done</think><think>cut again [cd(folder='x')]"])
+def test_unfinished_reasoning_makes_no_calls(text):
+    assert parse_response(text) == ParsedResponse(None, [])
+
+
+tag_strings = st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", '"', "'", "\\", "ls(",
+                                        "cd(x)", "{", "}", "[", "]", "a", " ", "\n", "<", ">", "tool_call"]),
+                       max_size=12).map("".join)
 
 
 @settings(max_examples=300, deadline=None)
-@given(tag_strings)
-def test_fuzz_string_arguments_reach_the_call_exactly_in_both_formats(folder):
+@given(tag_strings, st.data())
+def test_fuzz_string_arguments_reach_the_call_exactly_in_both_formats(folder, data):
+    """Any string of tags, quotes and call-like text arrives as written, after any kind of reasoning
+    (without reasoning too, unless it holds ``</think>``: that is where template-opened reasoning ends)."""
+    prefixes = ["<think>r</think>\n", "r</think>\n"] + ([] if "</think>" in folder else [""])
+    prefix = data.draw(st.sampled_from(prefixes))
     expected = [ToolCall("cd", {"folder": folder})]
-    assert outcome(f"[cd(folder={folder!r})]") == expected
-    assert outcome("<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>") == \
-        expected
+    assert outcome(f"{prefix}[cd(folder={folder!r})]") == expected
+    block = "<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>"
+    assert outcome(prefix + block) == expected
     assert expected[0].to_source() == f"cd(folder={folder!r})"
 
 
