@@ -28,8 +28,8 @@ Leading reasoning is removed first: ``<think>...</think>`` blocks at the start, 
 the first ``</think>`` when the chat template opened the block (unfinished reasoning: no calls).
 Only a leading block is reasoning, so think tags inside a later string argument are data (but a
 response without reasoning that writes ``</think>`` in an argument is read as template-opened
-reasoning up to it: the two cannot be told apart from the text). A response in neither format (plain prose,
-or ``[]``) has **no calls**. A response that tries a format and fails is **rejected** with a
+reasoning up to it: the two cannot be told apart from the text). A response in neither format
+(plain prose, or ``[]``) has **no calls**. A response that tries a format and fails is **rejected** with a
 :class:`ToolCallError` whose message is meant for the model.
 
 Limits (a rejection beyond them): :data:`MAX_TEXT_CHARS` characters of response,
@@ -315,7 +315,9 @@ def _check_ascii_names(text: str) -> None:
         return
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.NAME and not token.string.isascii():
+            # any token but a string or a comment: identifier characters the tokenizer does not
+            # count as a name's (it matches names with \w) come out as error tokens
+            if token.type not in (tokenize.STRING, tokenize.COMMENT) and not token.string.isascii():
                 raise ToolCallError(f"{_short(token.string)} is not a name you can use: write function and parameter "
                                     "names exactly as the function docs list them")
     except (tokenize.TokenError, SyntaxError):  # pragma: no cover - ast.parse accepted the text

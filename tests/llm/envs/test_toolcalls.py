@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import json
 import os
+import re
 import unicodedata
 
 import pytest
@@ -265,8 +266,9 @@ def test_duplicate_keys_are_refused_in_both_formats_at_any_level():
     assert "key 'title' given twice" in rejection("[anything(x=[{'title': 1, 'title': 1}])]")
     assert "parameter 'folder' given twice" in rejection("[cd(folder='a', folder='a')]")
     # keys equal only after NFKC, or only in case, are distinct keys (of which one is unknown)
+    expected = [ToolCall("anything", {"x": {"a": 1, "A": 2, "ａ": 3}})]
     assert calls_of('<tool_call>{"name": "anything", "arguments": {"x": {"a": 1, "A": 2, "ａ": 3}}}</tool_call>') == \
-        calls_of("[anything(x={'a': 1, 'A': 2, 'ａ': 3})]") == [ToolCall("anything", {"x": {"a": 1, "A": 2, "ａ": 3}})]
+        calls_of("[anything(x={'a': 1, 'A': 2, 'ａ': 3})]") == expected
 
 
 finite_literals = st.recursive(
@@ -343,6 +345,22 @@ def test_parameter_names_match_exactly_in_both_formats(name, param, value):
         assert outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>") == "rejected"
 
 
+def test_every_character_nfkc_maps_into_a_name_is_refused_in_both_formats():
+    """All of Unicode: each character that NFKC turns into ASCII name characters, written at the
+    start, middle or end of a function or parameter name, gives the same outcome in both formats
+    (a rejection: the name is not the documented one)."""
+    look_alike = [chr(cp) for cp in range(0x80, 0x110000) if not 0xD800 <= cp <= 0xDFFF
+                  and unicodedata.normalize("NFKC", chr(cp)) != chr(cp)
+                  and re.fullmatch(r"[A-Za-z0-9_]*", unicodedata.normalize("NFKC", chr(cp)))]
+    assert len(look_alike) > 1000  # fullwidth and mathematical letters and digits, ligatures, super/subscripts, ...
+    for c in look_alike:
+        for name, param in [(c + "cd", "folder"), ("c" + c + "d", "folder"), ("cd" + c, "folder"),
+                            ("cd", c + "folder"), ("cd", "fold" + c + "er"), ("cd", "folder" + c)]:
+            python = outcome(f"[{name}({param}='a')]")
+            assert python == "rejected", (hex(ord(c)), name, param)
+            assert outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': {param: 'a'}})}</tool_call>") == python
+
+
 LOOK_ALIKE_CHARS = {c: [c, chr(ord(c) + 0xFEE0)] + ([chr(0x1D41A + ord(c) - ord("a"))] if c.islower() else [])
                     for c in "abcdefghijklmnopqrstuvwxyz_0123456789"}
 
@@ -391,7 +409,8 @@ def test_only_leading_reasoning_is_removed_think_tags_in_arguments_are_data(reas
     assert outcome(f"{reasoning}{block}") == expected
 
 
-@pytest.mark.parametrize("text", ["<think>I will call [cd(folder='x')]", "<think>cut here <tool_call>{\"name\": \"ls\"}</tool_call>",
+@pytest.mark.parametrize("text", ["<think>I will call [cd(folder='x')]",
+                                  "<think>cut here <tool_call>{\"name\": \"ls\"}</tool_call>",
                                   "<think>done</think><think>cut again [cd(folder='x')]"])
 def test_unfinished_reasoning_makes_no_calls(text):
     assert parse_response(text) == ParsedResponse(None, [])
