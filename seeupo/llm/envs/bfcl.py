@@ -10,10 +10,10 @@ prompt with the function docs of the task's API classes and the first user messa
 assistant response is one *step*:
 
 * a response with tool calls (:mod:`seeupo.llm.envs.toolcalls`: ``<tool_call>{json}</tool_call>``
-  blocks or Python call syntax ``[f(a=1), g()]``) has its calls parsed, validated against the
-  docs of the functions available *now*, turned into call strings from the validated literal
-  values, and executed by bfcl-eval's executor on this episode's backend instances; the
-  execution results are the observation;
+  blocks or Python call syntax ``[f(a=1), g()]``) has its calls parsed and validated against the
+  docs of the functions available *now*; each validated call is then made on this episode's
+  backend instances with the validated keyword arguments (:func:`execute_calls`), so the backend
+  receives exactly the validated values; the execution results are the observation;
 * a response the parser or the validator rejects executes nothing; the observation is the
   error message (``info["rejected"]``; counted in ``info["rejections"]``). The official harness
   would end the user turn instead; here the model may retry;
@@ -51,6 +51,18 @@ success, else ``0.5 * partial``, where
 ``info`` of the last step has ``success`` (the official verdict), ``error_type``, ``partial``
 (shaped only), ``repetition``, ``truncated``, ``rejections``, ``steps``.
 
+**Executor.** bfcl-eval's executor (``execute_multi_turn_func_call``) ``eval``-s call strings after
+prefixing every ``name(`` in them with the instance name, string literals included, so a string
+argument such as ``"run ls(x)"`` would reach the backend rewritten. :func:`execute_calls` lets
+bfcl-eval create and cache the instances (the same function, called with no calls), then calls the
+public methods directly, resolving names, refusing the same names and formatting results and
+errors as bfcl-eval does: on every ground-truth episode the results and the backend state are
+bfcl-eval's (tested). The **checker** is bfcl-eval's own and re-executes the call strings (from
+:meth:`~seeupo.llm.envs.toolcalls.ToolCall.to_source`) with its executor, rewriting included, so
+the verdict is the official one (a call whose string argument holds ``name(`` of a backend
+method may then fail the state check even when it matches the ground truth; no ground-truth
+call has such a string).
+
 **Backend state.** bfcl-eval caches backend instances in the executor module's globals, keyed
 by ``model_name`` and task id. Each episode uses a fresh ``model_name`` (``seeupo_<uuid>``);
 the checker runs under derived names; every key of the episode is deleted when the episode
@@ -66,6 +78,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
+import json
 import os
 import random
 import tempfile
@@ -77,7 +91,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from seeupo.llm.agent import Message, StepResult
-from seeupo.llm.envs.toolcalls import ToolCallError, parse_response, validate
+from seeupo.llm.envs.toolcalls import ToolCall, ToolCallError, parse_response, validate
 
 if TYPE_CHECKING:
     from seeupo.llm.envs import EnvSpec
@@ -92,6 +106,8 @@ _JSON_TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist w
 _JSON_TOOLS_FOOTER = ('\n</tools>\n\nFor each function call, return a json object with function name and arguments '
                       'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
                       '"arguments": <args-json-object>}\n</tool_call>')
+# names bfcl-eval's executor refuses to run (a literal list inside execute_multi_turn_func_call)
+_EXECUTOR_REFUSED = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
 
 
 def bfcl_project_root() -> Path:
@@ -226,6 +242,51 @@ def official_verdict(decoded: list[list[list[str]]], task: BFCLTask, model_name:
     return {"valid": bool(result["valid"]), "error_type": result.get("error_type")}
 
 
+def execute_calls(calls: list[ToolCall], task: BFCLTask, model_name: str, long_context: bool = False) -> list[str]:
+    """Make validated ``calls`` on the task's backend instances cached under ``model_name``.
+
+    The instances are bfcl-eval's: ``execute_multi_turn_func_call`` with no calls creates them
+    (or finds them in its cache) exactly as it would for calls. The calls themselves are made here,
+    with the validated keyword arguments (deep copies), because bfcl-eval's executor rewrites every
+    ``name(`` in its call string, string literals included. Name resolution (public methods, a later
+    class winning a shared name), refused names and the formatting of results and errors follow
+    bfcl-eval's executor, so the results are the ones it returns for the same call strings."""
+    multi_turn_utils = _bfcl()[3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, instances = multi_turn_utils.execute_multi_turn_func_call(
+            [], task.entry["initial_config"], task.entry["involved_classes"], model_name, task.id,
+            long_context=long_context, is_evaL_run=False,
+        )
+        methods: dict[str, Any] = {}
+        for class_name in task.entry["involved_classes"]:
+            for name, method in inspect.getmembers(instances[class_name], predicate=inspect.ismethod):
+                if not name.startswith("_"):
+                    methods[name] = method
+        return [_call_backend(methods, call) for call in calls]
+
+
+def _call_backend(methods: dict[str, Any], call: ToolCall) -> str:
+    """One call's result text, as bfcl-eval's executor writes it."""
+    if call.name in _EXECUTOR_REFUSED:
+        return f"Error during execution: Function call {call.name} is not allowed."
+    method = methods.get(call.name)
+    if method is None:  # documented but not a backend method: never in the data, and nothing else is run
+        return f"Error during execution: name {call.name!r} is not defined"
+    try:
+        result = method(**copy.deepcopy(call.arguments))
+        if type(result) is str:
+            return result
+        if type(result) is dict:
+            try:
+                return json.dumps(result)
+            except Exception:  # bfcl-eval: objects that are not serialisable are written with str()
+                return str(result)
+        return str(result)
+    except Exception as err:
+        return f"Error during execution: {err}"
+
+
 @dataclass(frozen=True)
 class BFCLOptions:
     """``env.options`` of ``env.name: bfcl`` (see the module docstring).
@@ -322,7 +383,7 @@ class BFCLEnv:
             return self._continue(self._error_text(str(err)), info)
         info["format"] = parsed.format
         if sources:
-            results = self._execute(sources)
+            results = execute_calls(calls, self.task, self.model_name, self.long_context)
             self.decoded[self.turn].append(sources)
             info["calls"] = len(sources)
             return self._continue(self._results_text(sources, results), info)
@@ -398,16 +459,6 @@ class BFCLEnv:
                 return True
         return False
 
-    def _execute(self, sources: list[str]) -> list[str]:
-        multi_turn_utils = _bfcl()[3]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results, _ = multi_turn_utils.execute_multi_turn_func_call(
-                sources, self.task.entry["initial_config"], self.task.entry["involved_classes"], self.model_name,
-                self.task.id, long_context=self.long_context, is_evaL_run=False,
-            )
-        return [str(r) for r in results]
-
     # ----------------------------------------------------------------- texts
 
     def _with_system_prompt(self, messages: list[Message], functions: list[dict]) -> list[Message]:
@@ -449,8 +500,6 @@ class BFCLEnv:
 
 
 def _json_tools(functions: list[dict]) -> str:
-    import json
-
     return _JSON_TOOLS_HEADER + "".join(f"\n{json.dumps(doc)}" for doc in functions) + _JSON_TOOLS_FOOTER
 
 

@@ -4,17 +4,32 @@ Model text never reaches ``eval``/``exec``. A response is read in one of two for
 
 * **JSON** (the tool-call format of the Qwen/Hermes chat templates): one or more blocks
   ``<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>``, parsed with :func:`json.loads`
-  (text outside the blocks is ignored; ``NaN``/``Infinity`` are refused).
+  (text outside the blocks is ignored; ``NaN``/``Infinity`` and duplicate keys, at any level,
+  are refused). A tag inside a JSON string (``{"content": "</tool_call>"}``) is data, not a tag:
+  blocks are found by a scan that skips JSON strings; a tag left open or closed twice is refused.
 * **Python call syntax** (BFCL's prompting format): ``[f(a=1, b="x"), g()]`` or one bare call
   ``f(a=1)``, optionally inside a Markdown code fence, parsed with ``ast.parse(mode="eval")``.
   Only these nodes are read: a list/tuple of calls (or one call) whose callee is a plain name,
   keyword arguments and positional arguments whose values are literals — ``Constant`` (str, int,
   float, bool, None), ``List``, ``Tuple``, ``Dict`` with string keys, and unary ``-``/``+`` on a
   number. Anything else (names, attributes, nested calls, lambdas, comprehensions, f-strings,
-  operators, ``*args``/``**kwargs``, sets, bytes, complex numbers) is refused.
+  operators, ``*args``/``**kwargs``, sets, bytes, complex numbers) is refused, and so are
+  duplicate dictionary keys.
 
-``<think>...</think>`` reasoning is removed first. A response in neither format (plain prose,
-or ``[]``) has **no calls**. A response that tries a format and fails is **rejected** with a
+Both formats accept exactly the same names: function and parameter names must be written as the
+docs list them, in ASCII. (Python's parser NFKC-normalises identifiers, so the fullwidth
+``ｒｍ(...)`` would otherwise be read as ``rm``, a name JSON's ``"ｒｍ"`` does not match; the raw
+tokens of call syntax are checked before the tree is read.)
+
+A response whose whole body is call syntax is read as call syntax, even when a string literal in
+it holds ``<tool_call>``; otherwise a response with ``<tool_call>`` tags is read as JSON.
+
+Leading reasoning is removed first: ``<think>...</think>`` blocks at the start, or everything up to
+the first ``</think>`` when the chat template opened the block (unfinished reasoning: no calls).
+Only a leading block is reasoning, so think tags inside a later string argument are data (but a
+response without reasoning that writes ``</think>`` in an argument is read as template-opened
+reasoning up to it: the two cannot be told apart from the text). A response in neither format
+(plain prose, or ``[]``) has **no calls**. A response that tries a format and fails is **rejected** with a
 :class:`ToolCallError` whose message is meant for the model.
 
 Limits (a rejection beyond them): :data:`MAX_TEXT_CHARS` characters of response,
@@ -37,9 +52,11 @@ returned, so what an executor evaluates is exactly the validated data.
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import re
+import tokenize
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +69,14 @@ MAX_STR_CHARS = 10_000
 MAX_INT = 2**63 - 1
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+# inside a block: a JSON string (closed or, at the end of the text, not), a tag, or other text
+_BLOCK_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|<tool_call>|</tool_call>|[^"<]+|<', re.DOTALL)
+_UNBALANCED = "unbalanced <tool_call> tags: write each call as <tool_call>{...}</tool_call>"
 _FENCE_LANGS = ("", "python", "py", "json", "tool_code", "tool_call")
-_CALL_START = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+# any identifier, not only ASCII ones: a call with a look-alike name is rejected with a message, not taken for prose
+_CALL_START = re.compile(r"\A[^\W\d][\w.]*\s*\(")
 
 
 class ToolCallError(ValueError):
@@ -117,10 +138,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without ``<think>...</think>`` blocks (and without an unclosed block's end marker)."""
-    text = _THINK.sub("", text)
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+    """``text`` without its leading reasoning (see the module docstring).
+
+    Reasoning ends at the first ``</think>`` (the model cannot write that tag inside its reasoning
+    without ending it); tags after it belong to the answer, e.g. to a string argument."""
+    if not text.lstrip().startswith(_THINK_OPEN) and _THINK_CLOSE in text:  # the chat template opened the block
+        text = text.split(_THINK_CLOSE, 1)[1]
+    while text.lstrip().startswith(_THINK_OPEN):
+        text = text.lstrip()
+        close = text.find(_THINK_CLOSE)
+        if close == -1:  # cut inside its reasoning: no answer yet
+            return ""
+        text = text[close + len(_THINK_CLOSE):]
     return text
 
 
@@ -131,8 +160,6 @@ def parse_response(text: str) -> ParsedResponse:
     if len(text) > MAX_TEXT_CHARS:
         raise ToolCallError(f"the response has {len(text)} characters, more than {MAX_TEXT_CHARS}")
     text = strip_reasoning(text)
-    if "<tool_call>" in text or "</tool_call>" in text:
-        return ParsedResponse("json", parse_json_blocks(text))
     body = text.strip()
     if body.startswith("```"):  # a Markdown code fence, closed or not
         lang = re.match(r"```([A-Za-z_]*)", body).group(1)
@@ -140,24 +167,33 @@ def parse_response(text: str) -> ParsedResponse:
         body = body.strip()
         if body.endswith("```"):
             body = body[:-3].strip()
+    python_error = None
     if body.startswith("[") or _CALL_START.match(body):
-        calls = parse_python(body)
-        return ParsedResponse("python" if calls else None, calls)
+        # call syntax first: if the whole body parses, any tag in it sits inside a string literal
+        try:
+            calls = parse_python(body)
+        except ToolCallError as err:
+            python_error = err
+        else:
+            return ParsedResponse("python" if calls else None, calls)
+    if _OPEN in text or _CLOSE in text:
+        return ParsedResponse("json", parse_json_blocks(text))
+    if python_error is not None:
+        raise python_error
     return ParsedResponse(None, [])
 
 
 def parse_json_blocks(text: str) -> list[RawCall]:
     """The calls of ``<tool_call>{...}</tool_call>`` blocks."""
-    blocks = _TOOL_CALL.findall(text)
-    if len(blocks) != text.count("<tool_call>") or len(blocks) != text.count("</tool_call>"):
-        raise ToolCallError("unbalanced <tool_call> tags: write each call as <tool_call>{...}</tool_call>")
+    blocks = _json_blocks(text)
     if len(blocks) > MAX_CALLS:
         raise ToolCallError(f"{len(blocks)} calls in one response, more than {MAX_CALLS}")
     calls = []
     for i, block in enumerate(blocks):
         where = f"tool call {i + 1}"
         try:
-            data = json.loads(block.strip(), parse_constant=_refuse_constant, parse_int=_json_int)
+            data = json.loads(block.strip(), parse_constant=_refuse_constant, parse_int=_json_int,
+                              object_pairs_hook=_unique_keys)
         except ToolCallError as err:
             raise ToolCallError(f"{where}: {err}") from None
         except json.JSONDecodeError as err:
@@ -177,6 +213,44 @@ def parse_json_blocks(text: str) -> list[RawCall]:
         _check_json_value(arguments, 0, f"{where} ({name})")
         calls.append(RawCall(name, (), dict(arguments)))
     return calls
+
+
+def _json_blocks(text: str) -> list[str]:
+    """The bodies of the ``<tool_call>`` blocks, found by a scan that skips JSON strings (a tag
+    inside a string is data); a tag left open, a stray closing tag or a nested opening tag is refused."""
+    blocks: list[str] = []
+    pos = 0
+    while True:
+        start, stray = text.find(_OPEN, pos), text.find(_CLOSE, pos)
+        if stray != -1 and (start == -1 or stray < start):
+            raise ToolCallError(_UNBALANCED)
+        if start == -1:
+            return blocks
+        body_start = pos = start + len(_OPEN)
+        while True:
+            if pos >= len(text):
+                raise ToolCallError(_UNBALANCED)
+            token = _BLOCK_TOKEN.match(text, pos)
+            if token.group() == _CLOSE:
+                blocks.append(text[body_start:pos])
+                pos = token.end()
+                break
+            if token.group() == _OPEN:
+                raise ToolCallError(_UNBALANCED)
+            if token.group().startswith('"') and not token.group(1):
+                raise ToolCallError(f"tool call {len(blocks) + 1}: a string is not closed before the end of the text "
+                                    "(or </tool_call> is missing)")
+            pos = token.end()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if a key repeats (``json.loads`` would keep the last value silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ToolCallError(f"key {_short(key)} given twice")
+        out[key] = value
+    return out
 
 
 def _refuse_constant(name: str) -> Any:
@@ -225,11 +299,29 @@ def parse_python(text: str) -> list[RawCall]:
         raise ToolCallError(f"not valid call syntax ({err.msg}); write [func(param=value, ...), ...]") from None
     except (ValueError, RecursionError, MemoryError, OverflowError):
         raise ToolCallError("not valid call syntax (too deeply nested or too large)") from None
+    _check_ascii_names(text)
     body = tree.body
     nodes = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
     if len(nodes) > MAX_CALLS:
         raise ToolCallError(f"{len(nodes)} calls in one response, more than {MAX_CALLS}")
     return [_call(node, i) for i, node in enumerate(nodes)]
+
+
+def _check_ascii_names(text: str) -> None:
+    """Refuse names written with non-ASCII characters: the parser would NFKC-normalise them
+    (``ｒｍ`` -> ``rm``), so the tree alone cannot tell a name from its look-alikes; the raw
+    tokens can. String literals are single tokens, so their contents are not affected."""
+    if text.isascii():
+        return
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            # any token but a string or a comment: identifier characters the tokenizer does not
+            # count as a name's (it matches names with \w) come out as error tokens
+            if token.type not in (tokenize.STRING, tokenize.COMMENT) and not token.string.isascii():
+                raise ToolCallError(f"{_short(token.string)} is not a name you can use: write function and parameter "
+                                    "names exactly as the function docs list them")
+    except (tokenize.TokenError, SyntaxError):  # pragma: no cover - ast.parse accepted the text
+        raise ToolCallError("not valid call syntax") from None
 
 
 def _call(node: ast.AST, index: int) -> RawCall:
@@ -302,6 +394,8 @@ def _literal(node: ast.AST, depth: int, where: str) -> Any:
                 raise ToolCallError(f"{where}: **unpacking is not allowed")
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 raise ToolCallError(f"{where}: dictionary keys must be strings")
+            if key.value in out:
+                raise ToolCallError(f"{where}: key {_short(key.value)} given twice")
             out[key.value] = _literal(value, depth + 1, where)
         return out
     if isinstance(node, ast.Name) and node.id in ("true", "false", "null"):

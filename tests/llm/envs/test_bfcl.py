@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from seeupo.llm.envs import bfcl
-from seeupo.llm.envs.toolcalls import ToolCallError, parse_python, validate
+from seeupo.llm.envs.toolcalls import ToolCall, ToolCallError, parse_python, validate
 
 if not bfcl.bfcl_available():
     pytest.skip(bfcl.INSTALL_HINT, allow_module_level=True)
@@ -184,9 +186,8 @@ def test_wrong_calls_score_zero():
 
 def test_rejected_responses_execute_nothing_and_explain(monkeypatch):
     executed = []
-    real = multi_turn_utils.execute_multi_turn_func_call
-    monkeypatch.setattr(multi_turn_utils, "execute_multi_turn_func_call",
-                        lambda calls, *a, **k: executed.append(list(calls)) or real(calls, *a, **k))
+    real = bfcl._call_backend
+    monkeypatch.setattr(bfcl, "_call_backend", lambda methods, call: executed.append(call) or real(methods, call))
     env = bfcl.BFCLEnv()
     env.reset("multi_turn_base_0")
     for payload in ["[__import__('os').system('echo pwned')]", "[cd(folder=open('/etc/passwd').read())]",
@@ -198,7 +199,7 @@ def test_rejected_responses_execute_nothing_and_explain(monkeypatch):
     assert executed == [] and r.info["rejections"] == 5
     assert not [k for k in seeupo_keys() if k.startswith(env.model_name)]  # no backend was even created
     r = env.step("[cd(folder='document')]", [])
-    assert executed == [["cd(folder='document')"]] and not r.info["rejected"]
+    assert executed == [ToolCall("cd", {"folder": "document"})] and not r.info["rejected"]
 
 
 def test_miss_func_reveals_the_held_out_function_at_its_turn():
@@ -279,6 +280,110 @@ def test_no_backend_instances_leak_after_many_episodes():
         del env  # CPython finalizes at once (no reference cycles)
     gc.collect()
     assert set(seeupo_keys()) == before
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+def backend_state(instance) -> dict:
+    """All attributes of a backend instance, private ones included; a random generator by its state."""
+    return {k: v.getstate() if isinstance(v, random.Random) else v for k, v in vars(instance).items()}
+
+
+def gold_calls(task: bfcl.BFCLTask, calls: list[str]) -> list[ToolCall]:
+    """The ground-truth calls of one turn as validated calls (the defects of KNOWN_DEFECTS as written)."""
+    docs, out = all_docs(task), []
+    for call in calls:
+        (raw,) = parse_python(call)
+        try:
+            out.append(validate(raw, docs))
+        except ToolCallError:
+            assert task.id in KNOWN_DEFECTS and not raw.args
+            out.append(ToolCall(raw.name, dict(raw.kwargs)))
+    return out
+
+
+@pytest.mark.parametrize("category", bfcl.CATEGORIES)
+def test_executor_matches_bfcl_eval_on_every_ground_truth_episode(category):
+    """``execute_calls`` calls the backend methods itself; on all 200 gold episodes of the category,
+    turn by turn, its results and the full backend state equal those of bfcl-eval's executor
+    run on the ground-truth call strings."""
+    checked = 0
+    for task in bfcl.load_category(category).values():
+        ours, theirs = f"seeupo_ours_{uuid.uuid4().hex}", f"seeupo_theirs_{uuid.uuid4().hex}"
+        args = (task.entry["initial_config"], task.entry["involved_classes"])
+        long_context = category == "multi_turn_long_context"
+        try:
+            for calls in task.ground_truth:
+                got = bfcl.execute_calls(gold_calls(task, calls), task, ours, long_context)
+                want, their_instances = multi_turn_utils.execute_multi_turn_func_call(
+                    calls, *args, theirs, task.id, long_context=long_context)
+                assert got == want, (task.id, calls)
+                _, our_instances = multi_turn_utils.execute_multi_turn_func_call(
+                    [], *args, ours, task.id, long_context=long_context)
+                assert our_instances.keys() == their_instances.keys()
+                for name in our_instances:
+                    assert our_instances[name] is not their_instances[name]
+                    assert backend_state(our_instances[name]) == backend_state(their_instances[name]), (task.id, name)
+                checked += len(calls)
+        finally:
+            bfcl._cleanup_globals(ours)
+            bfcl._cleanup_globals(theirs)
+    assert checked > 1000  # every category has more than 1,000 ground-truth calls (4,625 in all)
+
+
+@pytest.mark.parametrize("fmt", ["python", "json"])
+def test_string_arguments_reach_the_backend_unchanged(fmt):
+    """bfcl-eval's executor prefixes every ``name(`` in a call string with the instance name, string
+    literals included; the environment's calls give the backend the validated string itself."""
+    content = "run ls(-a), then cd(..) && echo (x) # touch(f)"
+    calls = [("touch", {"file_name": "notes.txt"}), ("echo", {"content": content, "file_name": "notes.txt"}),
+             ("cat", {"file_name": "notes.txt"})]
+    if fmt == "python":
+        text = "[" + ", ".join(ToolCall(n, a).to_source() for n, a in calls) + "]"
+    else:
+        text = "".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in calls)
+    env = bfcl.BFCLEnv(bfcl.BFCLOptions(prompt_format=fmt))
+    env.reset("multi_turn_base_0")
+    r = env.step(text, [])
+    assert not r.info["rejected"] and r.info["calls"] == 3
+    assert json.dumps({"file_content": content}) in r.observation
+    fs = vars(multi_turn_utils)[f"{env.model_name}_multi_turn_base_0_GorillaFileSystem_instance"]
+    assert fs._current_dir.contents["notes.txt"].content == content
+    # what bfcl-eval's own executor would have written for the same call strings
+    name = f"seeupo_theirs_{uuid.uuid4().hex}"
+    task = env.task
+    try:
+        results, _ = multi_turn_utils.execute_multi_turn_func_call(
+            env.decoded[0][0], task.entry["initial_config"], task.entry["involved_classes"], name, task.id)
+    finally:
+        bfcl._cleanup_globals(name)
+    p = f"{name}_{task.id}_GorillaFileSystem_instance."
+    assert json.loads(results[2])["file_content"] == f"run {p}ls(-a), then {p}cd(..) && {p}echo(x) # {p}touch(f)"
+    env.close()
+
+
+def test_every_documented_function_is_a_backend_method_the_executor_does_not_refuse():
+    """``execute_calls`` resolves names among the instances' public methods and refuses bfcl-eval's
+    refused names; every function the docs of any task list is such a method, and none is refused."""
+    for category in bfcl.CATEGORIES:
+        for task in bfcl.load_category(category).values():
+            name = f"seeupo_methods_{uuid.uuid4().hex}"
+            try:
+                _, instances = multi_turn_utils.execute_multi_turn_func_call(
+                    [], task.entry["initial_config"], task.entry["involved_classes"], name, task.id)
+                methods = {m for inst in instances.values() for m in dir(inst)
+                           if not m.startswith("_") and callable(getattr(inst, m))}
+            finally:
+                bfcl._cleanup_globals(name)
+            documented = set(all_docs(task))
+            assert documented <= methods, (task.id, documented - methods)
+            assert not documented & set(bfcl._EXECUTOR_REFUSED)
+    env = bfcl.BFCLEnv()
+    env.reset("multi_turn_base_0")
+    env.available["nothing"] = {"name": "nothing", "parameters": {"type": "dict", "properties": {}, "required": []}}
+    assert "Error during execution: name 'nothing' is not defined" in env.step("[nothing()]", []).observation
+    env.close()
 
 
 # --------------------------------------------------------------------------- budget and rewards

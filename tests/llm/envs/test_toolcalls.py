@@ -6,6 +6,8 @@ import builtins
 import contextlib
 import json
 import os
+import re
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from seeupo.llm.envs.toolcalls import (
     MAX_DEPTH,
     MAX_STR_CHARS,
+    ParsedResponse,
     RawCall,
     ToolCall,
     ToolCallError,
@@ -210,6 +213,30 @@ HOSTILE = [
     '<tool_call>["cd", {"folder": "a"}]</tool_call>',
     '<tool_call>{"name": "rm", "arguments": {"path": "/"}}</tool_call>',
     "x" * 40_000,
+    # duplicate keys: json.loads alone keeps the last value, so the first two would run `ls`
+    '<tool_call>{"name": "rm", "name": "ls"}</tool_call>',
+    '<tool_call>{"name": "ls", "name": "rm"}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": "a", "folder": "b"}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": "a"}, "arguments": {"folder": "b"}}</tool_call>',
+    '<tool_call>{"name": "edit", "arguments": {"updates": {"title": "a", "title": "b"}}}</tool_call>',
+    "[edit(updates={'title': 'a', 'title': 'b'})]",
+    # NFKC look-alikes of documented names: Python's parser would read them as `cd` / `folder`
+    "[ｃｄ(folder='a')]",
+    "ｃｄ(folder='a')",
+    "[𝐜𝐝(folder='a')]",
+    "[ℓs()]",
+    "[cd(ｆｏｌｄｅｒ='a')]",
+    "[tail(file_name='a', ｌines=3)]",
+    '<tool_call>{"name": "ｃｄ", "arguments": {"folder": "a"}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"ｆｏｌｄｅｒ": "a"}}</tool_call>',
+    # tags that really are unbalanced (a tag inside a string is data, see below)
+    '{"name": "cd", "arguments": {"folder": "a"}}</tool_call>',
+    '<tool_call><tool_call>{"name": "cd", "arguments": {"folder": "a"}}</tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": "a"}}</tool_call></tool_call>',
+    '<tool_call>{"name": "cd", "arguments": {"folder": "a}}</tool_call>',
+    "[cd(folder='a')] <tool_call>",
+    "[cd(folder='a')]</tool_call>",
+    "[cd(folder='<tool_call>')] </tool_call>",
 ]
 
 
@@ -221,6 +248,191 @@ def test_hostile_payloads_are_rejected_with_a_message(payload, no_execution):
             raise AssertionError("not rejected")
     assert str(err.value)
     assert not os.path.exists("/tmp/pwned")
+
+
+def rejection(text: str) -> str:
+    with pytest.raises(ToolCallError) as err, forbid_execution():
+        calls_of(text)
+    return str(err.value)
+
+
+def test_duplicate_keys_are_refused_in_both_formats_at_any_level():
+    assert "key 'name' given twice" in rejection('<tool_call>{"name": "rm", "name": "ls"}</tool_call>')
+    assert "tool call 2: key 'folder' given twice" in rejection(
+        '<tool_call>{"name": "ls"}</tool_call><tool_call>{"name": "cd", "arguments": {"folder": "a", "folder": "a"}}'
+        "</tool_call>")
+    assert "key 'title' given twice" in rejection(
+        '<tool_call>{"name": "anything", "arguments": {"x": [{"title": 1, "title": 1}]}}</tool_call>')
+    assert "key 'title' given twice" in rejection("[anything(x=[{'title': 1, 'title': 1}])]")
+    assert "parameter 'folder' given twice" in rejection("[cd(folder='a', folder='a')]")
+    # keys equal only after NFKC, or only in case, are distinct keys (of which one is unknown)
+    expected = [ToolCall("anything", {"x": {"a": 1, "A": 2, "ａ": 3}})]
+    assert calls_of('<tool_call>{"name": "anything", "arguments": {"x": {"a": 1, "A": 2, "ａ": 3}}}</tool_call>') == \
+        calls_of("[anything(x={'a': 1, 'A': 2, 'ａ': 3})]") == expected
+
+
+finite_literals = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**62), 2**62), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=10)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), finite_literals, min_size=1, max_size=4), finite_literals, st.data())
+def test_fuzz_a_repeated_key_anywhere_is_refused_in_both_formats(obj, other, data):
+    """An object with one key written twice (a different value or the same), alone or inside a list
+    or another object, is refused in JSON and in call syntax; written once, it is accepted as is."""
+    key = data.draw(st.sampled_from(sorted(obj)))
+    value = data.draw(st.sampled_from([obj[key], other]))
+    wrap = data.draw(st.sampled_from(["{}", "[{}]", '{{"k": {}}}']))
+    once_json = json.dumps(obj)
+    twice_json = once_json[:-1] + ", " + json.dumps(key) + ": " + json.dumps(value) + "}"
+    once_py, twice_py = repr(obj), repr(obj)[:-1] + ", " + repr(key) + ": " + repr(value) + "}"
+    wrap_py = wrap.replace('"k"', "'k'")
+    for text in (f'<tool_call>{{"name": "anything", "arguments": {{"x": {wrap.format(twice_json)}}}}}</tool_call>',
+                 f"[anything(x={wrap_py.format(twice_py)})]"):
+        assert "given twice" in rejection(text), text
+    accepted = outcome(f'<tool_call>{{"name": "anything", "arguments": {{"x": {wrap.format(once_json)}}}}}</tool_call>')
+    assert accepted == outcome(f"[anything(x={wrap_py.format(once_py)})]") != "rejected"
+    assert json.dumps(accepted[0].arguments["x"]) == wrap.format(once_json)
+
+
+def look_alikes(name: str) -> list[str]:
+    """Spellings of an ASCII name that NFKC maps back to it: fullwidth, mathematical bold, mixed."""
+    fullwidth = "".join(chr(ord(c) + 0xFEE0) for c in name)
+    bold = "".join(chr(0x1D41A + ord(c) - ord("a")) if c.islower() else c for c in name)
+    mixed = fullwidth[0] + name[1:]
+    out = [fullwidth, bold, mixed]
+    for variant in out:
+        assert variant != name and unicodedata.normalize("NFKC", variant) == name
+    return out
+
+
+def outcome(text: str) -> list[ToolCall] | str:
+    try:
+        with forbid_execution():
+            return calls_of(text)
+    except ToolCallError:
+        return "rejected"
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_function_names_match_exactly_in_both_formats(name):
+    """A name NFKC maps to a documented one is refused in call syntax as it is in JSON."""
+    args = {"cd": {"folder": "a"}, "mean": {"numbers": [1]}, "tail": {"file_name": "a"}, "fetch": {"mode": "raw"},
+            "edit": {"updates": {}}}.get(name, {})
+    keywords = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    assert outcome(f"[{name}({keywords})]") == outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': args})}"
+                                                       "</tool_call>") == [ToolCall(name, args)]
+    for variant in look_alikes(name):
+        assert outcome(f"[{variant}({keywords})]") == "rejected"
+        assert outcome(f"{variant}({keywords})") == "rejected"
+        assert outcome(json.dumps({"name": variant, "arguments": args}).join(["<tool_call>", "</tool_call>"])) == \
+            "rejected"
+    assert "not a name you can use" in rejection(f"[{look_alikes(name)[0]}({keywords})]")
+
+
+@pytest.mark.parametrize("name, param, value", [("cd", "folder", "a"), ("tail", "file_name", "a"), ("tail", "lines", 3),
+                                                ("mean", "numbers", [1])])
+def test_parameter_names_match_exactly_in_both_formats(name, param, value):
+    required = {"tail": {"file_name": "a"}}.get(name, {})
+    for variant in look_alikes(param):
+        args = {**required, variant: value}
+        keywords = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        assert outcome(f"[{name}({keywords})]") == "rejected"
+        assert outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>") == "rejected"
+
+
+def test_every_character_nfkc_maps_into_a_name_is_refused_in_both_formats():
+    """All of Unicode: each character that NFKC turns into ASCII name characters, written at the
+    start, middle or end of a function or parameter name, gives the same outcome in both formats
+    (a rejection: the name is not the documented one)."""
+    look_alike = [chr(cp) for cp in range(0x80, 0x110000) if not 0xD800 <= cp <= 0xDFFF
+                  and unicodedata.normalize("NFKC", chr(cp)) != chr(cp)
+                  and re.fullmatch(r"[A-Za-z0-9_]*", unicodedata.normalize("NFKC", chr(cp)))]
+    assert len(look_alike) > 1000  # fullwidth and mathematical letters and digits, ligatures, super/subscripts, ...
+    for c in look_alike:
+        for name, param in [(c + "cd", "folder"), ("c" + c + "d", "folder"), ("cd" + c, "folder"),
+                            ("cd", c + "folder"), ("cd", "fold" + c + "er"), ("cd", "folder" + c)]:
+            python = outcome(f"[{name}({param}='a')]")
+            assert python == "rejected", (hex(ord(c)), name, param)
+            assert outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': {param: 'a'}})}</tool_call>") == python
+
+
+LOOK_ALIKE_CHARS = {c: [c, chr(ord(c) + 0xFEE0)] + ([chr(0x1D41A + ord(c) - ord("a"))] if c.islower() else [])
+                    for c in "abcdefghijklmnopqrstuvwxyz_0123456789"}
+
+
+@st.composite
+def spelled(draw, names):
+    """A documented name with some characters swapped for look-alikes, or an arbitrary identifier-ish text."""
+    if draw(st.booleans()):
+        return "".join(draw(st.sampled_from(LOOK_ALIKE_CHARS[c])) for c in draw(st.sampled_from(names)))
+    return draw(st.text(st.sampled_from(sorted({v for vs in LOOK_ALIKE_CHARS.values() for v in vs})), max_size=10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(spelled(sorted(DOCS)), spelled(["folder", "file_name", "lines", "numbers", "a", "x"]))
+def test_fuzz_both_formats_accept_exactly_the_same_names(name, param):
+    value = [1] if param.endswith("numbers") else "a"
+    python = outcome(f"[{name}({param}={value!r})]")
+    json_format = outcome(f"<tool_call>{json.dumps({'name': name, 'arguments': {param: value}})}</tool_call>")
+    assert python == json_format
+    if python != "rejected":
+        assert name.isascii() and param.isascii()
+
+
+TAGGED = ["<tool_call>", "</tool_call>", "a</tool_call>b<tool_call>c", '</tool_call><tool_call>{"name": "rm"}',
+          "<tool_call></tool_call>", 'say "</tool_call>" \\', "it's \"</tool_call>\" '<tool_call>'"]
+
+
+@pytest.mark.parametrize("folder", TAGGED)
+def test_a_tag_inside_a_string_argument_is_data(folder):
+    expected = [ToolCall("cd", {"folder": folder})]
+    assert outcome(f"[cd(folder={folder!r})]") == expected
+    assert outcome(f"cd(folder={folder!r})") == expected
+    assert outcome(f"```python\n[cd(folder={folder!r})]\n```") == expected
+    block = "<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>"
+    assert outcome(block) == expected
+    assert outcome(f"Sure.\n{block}\n{block}") == expected * 2
+
+
+@pytest.mark.parametrize("reasoning", ["<think>I will write it.</think>\n", "<think>a</think> <think>b</think>\n",
+                                       "The template opened the block; I will write it.</think>\n\n"])
+@pytest.mark.parametrize("folder", ["</think>", "<think>x</think>y", "a</think>b</think>c", "<think>"])
+def test_only_leading_reasoning_is_removed_think_tags_in_arguments_are_data(reasoning, folder):
+    expected = [ToolCall("cd", {"folder": folder})]
+    assert outcome(f"{reasoning}[cd(folder={folder!r})]") == expected
+    block = "<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>"
+    assert outcome(f"{reasoning}{block}") == expected
+
+
+@pytest.mark.parametrize("text", ["<think>I will call [cd(folder='x')]",
+                                  "<think>cut here <tool_call>{\"name\": \"ls\"}</tool_call>",
+                                  "<think>done</think><think>cut again [cd(folder='x')]"])
+def test_unfinished_reasoning_makes_no_calls(text):
+    assert parse_response(text) == ParsedResponse(None, [])
+
+
+tag_strings = st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", '"', "'", "\\", "ls(",
+                                        "cd(x)", "{", "}", "[", "]", "a", " ", "\n", "<", ">", "tool_call"]),
+                       max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tag_strings, st.data())
+def test_fuzz_string_arguments_reach_the_call_exactly_in_both_formats(folder, data):
+    """Any string of tags, quotes and call-like text arrives as written, after any kind of reasoning
+    (without reasoning too, unless it holds ``</think>``: that is where template-opened reasoning ends)."""
+    prefixes = ["<think>r</think>\n", "r</think>\n"] + ([] if "</think>" in folder else [""])
+    prefix = data.draw(st.sampled_from(prefixes))
+    expected = [ToolCall("cd", {"folder": folder})]
+    assert outcome(f"{prefix}[cd(folder={folder!r})]") == expected
+    block = "<tool_call>" + json.dumps({"name": "cd", "arguments": {"folder": folder}}) + "</tool_call>"
+    assert outcome(prefix + block) == expected
+    assert expected[0].to_source() == f"cd(folder={folder!r})"
 
 
 # --------------------------------------------------------------------------- fuzz
