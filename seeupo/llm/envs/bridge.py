@@ -317,12 +317,10 @@ BRIDGE_BOUNDS = {"turns": (1, 6), "actions": (1, 16), "observations": (1, 4), "i
 
 def bridge_problem(opts: BridgeOptions) -> TreeMDP:
     """The single-instance problem the options describe."""
-    from seeupo.tabular.instances import load_problem
     from seeupo.tabular.problems import random_sequential_bandit, random_tree_mdp
 
     if opts.instance is not None:
-        problem = load_problem(opts.instance)
-        return problem.instance(0)
+        return _instance(opts.instance)
     gen = torch.Generator().manual_seed(opts.problem_seed)
     actions = (opts.actions,) * opts.turns
     if opts.kind == "sequential_bandit":
@@ -343,13 +341,24 @@ def bridge_num_turns(options: dict[str, Any]) -> int:
     :func:`seeupo.tabular.instances.load_problem`). Bad options raise
     :class:`~seeupo.validation.InputError` naming the field.
     """
+    opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
+    return opts.turns if opts.instance is None else _instance(opts.instance).num_turns
 
+
+def bridge_gamma(options: dict[str, Any]) -> float:
+    """The discount of the bridge problem ``env.options`` describe (what ``bridge/J`` and the trained-on
+    return use), without a model; like :func:`bridge_num_turns`, for config checks (e.g. of an
+    algorithm with its own discount, GAE's ``algorithm.gae_gamma``)."""
     opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
     if opts.instance is None:
-        return opts.turns
+        return 1.0 if opts.gamma is None else float(opts.gamma)
+    return float(_instance(opts.instance).gamma)
+
+
+def _instance(path: str) -> TreeMDP:
     from seeupo.tabular.instances import load_problem
 
-    return load_problem(opts.instance).num_turns
+    return load_problem(path).instance(0)
 
 
 def random_histories(problem: TreeMDP, count: int, generator: torch.Generator) -> list[tuple[int, int, list[int], list[int]]]:
