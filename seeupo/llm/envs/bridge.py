@@ -30,8 +30,9 @@ policy ``J`` scores and the episode the problem's episode:
   a nucleus-truncated sampler (``top_p < 1``) would play another policy than the ``J`` reported;
 * every episode is played to its end: ``rollout.max_turns`` is at least the problem's number of
   turns (:func:`bridge_num_turns`) and ``rollout.max_context`` holds the longest game. An
-  episode the agent loop cuts off would be scored 0 from there on, which no ``J`` here counts, so
-  :meth:`BridgeEnv.truncate` refuses it (:class:`~seeupo.validation.InputError`).
+  episode the agent loop cuts off would be scored 0 from there on, and an answer it cuts at the
+  context's end would be scored invalid, neither of which ``J`` counts, so :meth:`BridgeEnv.truncate`
+  and :meth:`BridgeEnv.step` refuse them (:class:`~seeupo.validation.InputError` naming the limit).
 
 ``J`` is the expectation under the problem's initial-state distribution ``rho``; the training
 tasks are ``num_tasks`` draws from ``rho`` (with one initial state, the default, they coincide).
@@ -77,6 +78,9 @@ class Spelling:
             ids.append(encoded[0])
         if len(set(ids)) != len(ids):
             raise ValueError(f"bridge symbols {alphabet} share token ids")
+        special = set(getattr(tokenizer, "all_special_ids", ()))
+        if special & set(ids):  # a stop token as a symbol would make an early stop look like a cut answer
+            raise ValueError(f"bridge symbols {alphabet} include a special token of this tokenizer")
         length = max(1, max(math.ceil(math.log(a, len(alphabet)) - 1e-12) for a in problem.actions_per_turn))
         return cls(tuple(alphabet), tuple(ids), length)
 
@@ -141,7 +145,14 @@ class BridgeEnv:
 
     def step(self, assistant_text: str, token_ids: list[int]) -> StepResult:
         p, t, h = self.problem, self.t, self.history
-        action = self.spelling.parse(list(token_ids), p.actions_per_turn[t])
+        ids = list(token_ids)
+        if len(ids) < self.spelling.length and all(i in self.spelling.token_ids for i in ids):
+            # fewer than L tokens, all symbols: not a stop (the stop token is no symbol) but a response
+            # the agent loop cut at the context's end, which might have become a valid action; an
+            # invalid move here would not be the J's (a prefix with a non-symbol is invalid either way)
+            raise InputError("config.rollout.max_context", f"a bridge answer was cut to {len(ids)} of "
+                             f"{self.spelling.length} tokens by the context limit; the exact J assumes whole answers")
+        action = self.spelling.parse(ids, p.actions_per_turn[t])
         if action is None:
             return StepResult(None, self.invalid_reward, True, {"invalid": True, "turn": t})
         probs = p.obs_probs[t][0, h, action]

@@ -157,6 +157,28 @@ def test_bridge_num_turns_and_gamma_without_a_model(tmp_path):
         bridge_num_turns({"instance": str(tmp_path / "missing.json")})
 
 
+def test_an_answer_cut_by_the_context_is_refused(tiny32):
+    """With 2-token answers and room for 1, the loop cuts the answer; a 1-symbol prefix could have become
+    a valid action, so scoring it invalid would not be the exact ``J``'s game: refused. A cut prefix that
+    is already no symbol is invalid whatever follows, and is scored so."""
+    _, tok = tiny32
+    spec = make_environment("bridge", {"actions": 4, "warmup_steps": 0}, tok, seed=0)
+    spelling = Spelling.for_problem(bridge_problem(BridgeOptions(actions=4)), tok, ("a", "b"))
+    assert spelling.length == 2
+    params = SamplingParams(max_new_tokens=2, stop_token_ids=(tok.eos_token_id,))
+    first = ChatDelta(tok).prompt_ids(spec.make(torch.Generator()).reset(0))
+    limits = AgentLimits(max_context=len(first) + 1)
+    with pytest.raises(InputError, match="config.rollout.max_context.*cut to 1 of 2"):
+        run_episodes(ForcedEngine([spelling.action_ids(2)], tok.eos_token_id), tok, lambda: spec.make(torch.Generator()),
+                     [0], 1, params, limits)
+    other = tok.encode("x", add_special_tokens=False)
+    out = run_episodes(ForcedEngine([other + spelling.action_ids(0)[:1]], tok.eos_token_id), tok,
+                       lambda: spec.make(torch.Generator()), [0], 1, params, limits)
+    assert [t.info["invalid"] for t in out.turns] == [True]
+    with pytest.raises(ValueError, match="special token"):
+        Spelling.for_problem(bridge_problem(BridgeOptions()), tok, ("a", tok.eos_token))
+
+
 @pytest.mark.parametrize("limit", ["max_turns", "max_context"])
 def test_a_cut_off_game_is_refused(tiny32, limit):
     """``max_turns`` below the game's turns (or a context too short for it) would score the rest of the
