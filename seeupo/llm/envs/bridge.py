@@ -24,7 +24,9 @@ policy ``J`` scores and the episode the problem's episode:
 * the return is discounted by the problem's ``gamma`` on both sides: ``J`` is
   ``E[sum_t gamma^t r_t]`` and :class:`BridgeEnv` declares ``gamma``, which the agent loop takes
   as the discount of ``traj_return`` (:func:`seeupo.llm.agent.episode_discount`), so the return
-  the trainer optimises is the one whose expectation ``J`` is;
+  the group-relative presets optimise is the one whose expectation ``J`` is (PPO's GAE discounts
+  the per-turn rewards with its own ``algorithm.gae_gamma``, per token by default, which the
+  bridge does not set; :func:`bridge_gamma` gives the problem's for a config check);
 * sampling uses the full softmax at the policy's temperature (``top_p = 1``): the probabilities
   here, like the policy's log-probabilities and importance ratios, are full-softmax ones, so
   a nucleus-truncated sampler (``top_p < 1``) would play another policy than the ``J`` reported;
