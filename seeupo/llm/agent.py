@@ -16,8 +16,13 @@ Limits and how an episode ends (``EpisodeRecord.outcome``):
   prefix, so its log-probabilities stay valid), or the next observation does not fit with room for
   at least one token. The environment still scores the last (possibly cut) response.
 
-Truncated episodes are not bootstrapped: the return is the sum of the rewards received.
+Truncated episodes are not bootstrapped: the return is the (discounted) sum of the rewards received.
 The per-turn token budget is ``SamplingParams.max_new_tokens``.
+
+The discount of the return, ``traj_return = sum_t gamma^t r_t``, has one source: an environment
+that defines a discount (an attribute ``gamma``, e.g. the bridge's problem) sets it, so the return
+the trainer optimises is the quantity whose exact expectation the environment reports (the bridge's
+``J``); otherwise ``gamma = 1``. A caller's ``gamma`` that contradicts the environment's is refused.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class Environment(Protocol):
         sampled token ids (an environment that judges tokens, like the bridge, needs them)."""
         ...
 
+    # Optional: ``gamma: float``, the discount of this environment's return (see the module docstring).
     # Optional: ``truncate(outcome: str) -> StepResult | None``, called when the agent loop ends an
     # episode the environment has not ended (``outcome`` is ``"max_turns"`` or ``"context"``); its
     # reward is added to the last turn's and its info merged into that turn's (e.g. BFCL scores
@@ -190,7 +196,7 @@ def run_episodes(
     params: SamplingParams,
     limits: AgentLimits = AgentLimits(),
     *,
-    gamma: float = 1.0,
+    gamma: float | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> AgentRollout:
     """Roll out ``len(tasks) x group_size`` multi-turn episodes and build the turn-level batch.
@@ -205,12 +211,17 @@ def run_episodes(
     (``L`` the longest response), ``token_mask`` the response tokens, ``reward`` the turn's
     reward, ``traj_return = sum_t gamma^t r_t``, ``weight = 1``, ``instance = 0``, and ``data`` in
     :mod:`seeupo.llm.policy`'s layout (row context + response ids). Float fields are ``dtype``.
+
+    ``gamma``: ``None`` takes the environments' discount (:func:`episode_discount`); a number must
+    equal it (``ValueError`` otherwise), so a return is never discounted other than the
+    environment's reported objective.
     """
     if limits.max_turns < 1:
         raise ValueError("max_turns must be >= 1")
     chat = ChatDelta(tokenizer)
     n_traj = len(tasks) * group_size
     envs = [env_factory() for _ in range(n_traj)]
+    gamma = episode_discount(envs, gamma)
     group = [k // group_size for k in range(n_traj)]
     initial = [envs[k].reset(tasks[group[k]]) for k in range(n_traj)]
     context = [chat.prompt_ids(messages) for messages in initial]
@@ -295,6 +306,28 @@ def run_episodes(
         for k in range(n_traj)
     ]
     return AgentRollout(batch, turns, episodes)
+
+
+def episode_discount(envs: list[Environment], gamma: float | None = None) -> float:
+    """The discount of the returns of ``envs``: their ``gamma`` attribute, or 1 when none defines one.
+
+    Why one source: an environment with a discount (the bridge) reports an exact objective that is
+    discounted; a return discounted otherwise would train on another objective than the reported one.
+    ``gamma`` (a caller's value) must agree with the environments'; environments that disagree
+    among themselves are refused too.
+    """
+    declared = {float(g) for g in (getattr(env, "gamma", None) for env in envs) if g is not None}
+    if len(declared) > 1:
+        raise ValueError(f"the environments of one rollout declare different discounts {sorted(declared)}")
+    if declared:
+        (own,) = declared
+        if gamma is not None and float(gamma) != own:
+            raise ValueError(f"gamma={gamma} contradicts the environment's discount {own}")
+        gamma = own
+    gamma = 1.0 if gamma is None else float(gamma)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+    return gamma
 
 
 def _build_batch(

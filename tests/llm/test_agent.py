@@ -285,3 +285,27 @@ def test_episodes_the_loop_ends_are_scored_by_truncate(tiny32):
     assert batch.traj_return[0] == 12.0 and out.episodes[0].traj_return == 12.0
     last = [t for t in out.turns if t.traj_id == 0][-1]
     assert last.reward == 11.0 and last.info["truncated"] == "max_turns"
+
+
+class DiscountedEnv(CountingEnv):
+    """A CountingEnv that declares its discount, as the bridge does with its problem's ``gamma``."""
+
+    gamma = 0.5
+
+
+def test_the_environment_discount_is_the_return_discount(tiny32):
+    """``traj_return = sum_t gamma^t r_t`` with the environment's ``gamma`` (one source); a caller's gamma
+    that contradicts it, or environments that disagree, are refused; without one, ``gamma = 1``."""
+    _, tok = tiny32
+    params = SamplingParams(max_new_tokens=4)
+    out = run_episodes(ScriptedEngine(tok), tok, DiscountedEnv, [("answer", 3)], 1, params)
+    assert out.batch.reward.tolist() == [1.0, 1.0, 1.0]
+    assert out.batch.traj_return[0] == 1.75 and out.episodes[0].traj_return == 1.75
+    assert run_episodes(ScriptedEngine(tok), tok, DiscountedEnv, [("answer", 3)], 1, params, gamma=0.5).batch.traj_return[0] == 1.75
+    assert run_episodes(ScriptedEngine(tok), tok, CountingEnv, [("answer", 3)], 1, params).batch.traj_return[0] == 3.0
+    assert run_episodes(ScriptedEngine(tok), tok, CountingEnv, [("answer", 3)], 1, params, gamma=0.5).batch.traj_return[0] == 1.75
+    with pytest.raises(ValueError, match="contradicts"):
+        run_episodes(ScriptedEngine(tok), tok, DiscountedEnv, [("answer", 3)], 1, params, gamma=1.0)
+    envs = iter([DiscountedEnv(), CountingEnv(), type("Other", (CountingEnv,), {"gamma": 0.9})()])
+    with pytest.raises(ValueError, match="different discounts"):
+        run_episodes(ScriptedEngine(tok), tok, lambda: next(envs), [("answer", 1)], 3, params)

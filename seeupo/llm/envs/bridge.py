@@ -17,10 +17,32 @@ context the agent loop builds (:class:`seeupo.llm.agent.ChatDelta`); the probabi
 is the invalid action's. :func:`exact_J` evaluates that policy on the problem *augmented* with
 the invalid action (terminal, reward ``invalid_reward``) with the tabular engine, so ``J`` is
 the expected return of the language model's sampling policy, computed exactly.
+
+**The J reported is the J trained on**, under three conditions that make the sampler the
+policy ``J`` scores and the episode the problem's episode:
+
+* the return is discounted by the problem's ``gamma`` on both sides: ``J`` is
+  ``E[sum_t gamma^t r_t]`` and :class:`BridgeEnv` declares ``gamma``, which the agent loop takes
+  as the discount of ``traj_return`` (:func:`seeupo.llm.agent.episode_discount`), so the return
+  the group-relative presets optimise is the one whose expectation ``J`` is (PPO's GAE discounts
+  the per-turn rewards with its own ``algorithm.gae_gamma``, per token by default, which the
+  bridge does not set; :func:`bridge_gamma` gives the problem's for a config check);
+* sampling uses the full softmax at the policy's temperature (``top_p = 1``): the probabilities
+  here, like the policy's log-probabilities and importance ratios, are full-softmax ones, so
+  a nucleus-truncated sampler (``top_p < 1``) would play another policy than the ``J`` reported;
+* every episode is played to its end: ``rollout.max_turns`` is at least the problem's number of
+  turns (:func:`bridge_num_turns`) and ``rollout.max_context`` holds the longest game. An
+  episode the agent loop cuts off would be scored 0 from there on, and an answer it cuts at the
+  context's end would be scored invalid, neither of which ``J`` counts, so :meth:`BridgeEnv.truncate`
+  and :meth:`BridgeEnv.step` refuse them (:class:`~seeupo.validation.InputError` naming the limit).
+
+``J`` is the expectation under the problem's initial-state distribution ``rho``; the training
+tasks are ``num_tasks`` draws from ``rho`` (with one initial state, the default, they coincide).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,6 +52,7 @@ import torch
 from seeupo.llm.agent import ChatDelta, Message, StepResult
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.problems import DTYPE, TreeMDP
+from seeupo.validation import InputError, dataclass_from_dict
 
 if TYPE_CHECKING:
     from seeupo.llm.envs import EnvSpec
@@ -57,6 +80,9 @@ class Spelling:
             ids.append(encoded[0])
         if len(set(ids)) != len(ids):
             raise ValueError(f"bridge symbols {alphabet} share token ids")
+        special = set(getattr(tokenizer, "all_special_ids", ()))
+        if special & set(ids):  # a stop token as a symbol would make an early stop look like a cut answer
+            raise ValueError(f"bridge symbols {alphabet} include a special token of this tokenizer")
         length = max(1, max(math.ceil(math.log(a, len(alphabet)) - 1e-12) for a in problem.actions_per_turn))
         return cls(tuple(alphabet), tuple(ids), length)
 
@@ -98,7 +124,8 @@ class BridgeEnv:
     """One episode of instance 0 of ``problem`` at a time (the agent loop makes one per trajectory).
 
     ``reset(task)`` takes the initial state ``s0`` (an int); observations are drawn from
-    ``generator`` (seed it for reproducible runs).
+    ``generator`` (seed it for reproducible runs). ``gamma`` is the problem's discount: the agent
+    loop discounts the episode's return with it, as :func:`exact_J` does.
     """
 
     def __init__(self, problem: TreeMDP, spelling: Spelling, *, invalid_reward: float = 0.0,
@@ -109,13 +136,25 @@ class BridgeEnv:
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
         self.t, self.history = 0, 0
 
+    @property
+    def gamma(self) -> float:
+        """The discount of the return (the problem's), read by :func:`seeupo.llm.agent.episode_discount`."""
+        return float(self.problem.gamma)
+
     def reset(self, task: int) -> list[Message]:
         self.t, self.history = 0, int(task)
         return initial_messages(self.problem, self.spelling, int(task))
 
     def step(self, assistant_text: str, token_ids: list[int]) -> StepResult:
         p, t, h = self.problem, self.t, self.history
-        action = self.spelling.parse(list(token_ids), p.actions_per_turn[t])
+        ids = list(token_ids)
+        if len(ids) < self.spelling.length and all(i in self.spelling.token_ids for i in ids):
+            # fewer than L tokens, all symbols: not a stop (the stop token is no symbol) but a response
+            # the agent loop cut at the context's end, which might have become a valid action; an
+            # invalid move here would not be the J's (a prefix with a non-symbol is invalid either way)
+            raise InputError("config.rollout.max_context", f"a bridge answer was cut to {len(ids)} of "
+                             f"{self.spelling.length} tokens by the context limit; the exact J assumes whole answers")
+        action = self.spelling.parse(ids, p.actions_per_turn[t])
         if action is None:
             return StepResult(None, self.invalid_reward, True, {"invalid": True, "turn": t})
         probs = p.obs_probs[t][0, h, action]
@@ -126,6 +165,17 @@ class BridgeEnv:
         self.t += 1
         obs = None if done else observation_text(t, o, p.obs_per_turn[t])
         return StepResult(obs, reward, done, {"invalid": False, "action": action, "observation": o, "turn": t})
+
+    def truncate(self, outcome: str) -> StepResult | None:
+        """Refuse an episode the agent loop cut off before the game ended.
+
+        Why: the exact ``J`` counts every turn of the game; a cut-off episode's return misses the
+        rest, so the return trained on would no longer be the one ``J`` is the expectation of.
+        ``outcome`` is the agent loop's (``"max_turns"`` or ``"context"``).
+        """
+        field_name = "config.rollout.max_turns" if outcome == "max_turns" else "config.rollout.max_context"
+        raise InputError(field_name, f"a bridge episode was cut off after {self.t} of {self.problem.num_turns} turns "
+                                     f"({outcome}); the exact J assumes every game is played to its end")
 
 
 def with_invalid_action(problem: TreeMDP, invalid_reward: float) -> TreeMDP:
@@ -242,6 +292,8 @@ class BridgeOptions:
       problem of ``kind`` with ``turns``, ``actions``, ``observations`` (tree MDP),
       ``initial_states``, ``reward_levels``, ``terminate_prob`` (tree MDP), drawn with ``problem_seed``.
     alphabet: the symbols that spell actions (each one token of the model's tokenizer).
+    gamma: the discount of a random problem (default 1; an instance file carries its own ``gamma``,
+      so giving both is refused). ``J`` and the trained-on return are both ``sum_t gamma^t r_t``.
     invalid_reward: the reward of an invalid response (it ends the episode).
     num_tasks: the training tasks are this many initial states drawn from ``rho``.
     warmup_steps, warmup_lr: supervised steps on uniformly random valid actions before training,
@@ -259,33 +311,67 @@ class BridgeOptions:
     terminate_prob: float = 0.2
     problem_seed: int = 0
     alphabet: tuple[str, ...] = ("a", "b")
+    gamma: float | None = None
     invalid_reward: float = 0.0
     num_tasks: int = 64
     warmup_steps: int = 40
     warmup_lr: float = 3e-3
 
+    def __post_init__(self) -> None:
+        if self.instance is not None and self.gamma is not None:
+            raise ValueError("gamma is the instance file's own: remove env.options.gamma or env.options.instance")
+
 
 BRIDGE_BOUNDS = {"turns": (1, 6), "actions": (1, 16), "observations": (1, 4), "initial_states": (1, 8),
-                 "reward_levels": (2, 1000), "terminate_prob": (0.0, 1.0), "problem_seed": (0, 2**63 - 1),
+                 "reward_levels": (2, 1000), "terminate_prob": (0.0, 1.0), "problem_seed": (0, 2**63 - 1), "gamma": (0.0, 1.0),
                  "invalid_reward": (-1e6, 1e6), "num_tasks": (1, 100_000), "warmup_steps": (0, 100_000),
                  "warmup_lr": (0.0, 1.0)}
 
 
 def bridge_problem(opts: BridgeOptions) -> TreeMDP:
     """The single-instance problem the options describe."""
-    from seeupo.tabular.instances import load_problem
     from seeupo.tabular.problems import random_sequential_bandit, random_tree_mdp
 
     if opts.instance is not None:
-        problem = load_problem(opts.instance)
-        return problem.instance(0)
+        return _instance(opts.instance)
     gen = torch.Generator().manual_seed(opts.problem_seed)
     actions = (opts.actions,) * opts.turns
     if opts.kind == "sequential_bandit":
-        return random_sequential_bandit(1, actions, num_initial_states=opts.initial_states,
-                                        reward_levels=opts.reward_levels, generator=gen)
-    return random_tree_mdp(1, actions, (opts.observations,) * opts.turns, num_initial_states=opts.initial_states,
-                           terminate_prob=opts.terminate_prob, reward_levels=opts.reward_levels, generator=gen)
+        problem = random_sequential_bandit(1, actions, num_initial_states=opts.initial_states,
+                                           reward_levels=opts.reward_levels, generator=gen)
+    else:
+        problem = random_tree_mdp(1, actions, (opts.observations,) * opts.turns, num_initial_states=opts.initial_states,
+                                  terminate_prob=opts.terminate_prob, reward_levels=opts.reward_levels, generator=gen)
+    return problem if opts.gamma is None else dataclasses.replace(problem, gamma=float(opts.gamma))
+
+
+def bridge_num_turns(options: dict[str, Any]) -> int:
+    """The number of turns of the bridge problem ``env.options`` describe, without a model or tokenizer.
+
+    For config checks made before anything expensive: ``rollout.max_turns`` below this cuts every
+    game short, and :meth:`BridgeEnv.truncate` would refuse the first cut-off episode. A random
+    problem's count is ``turns``; an instance file is read (size-limited by
+    :func:`seeupo.tabular.instances.load_problem`). Bad options raise
+    :class:`~seeupo.validation.InputError` naming the field.
+    """
+    opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
+    return opts.turns if opts.instance is None else _instance(opts.instance).num_turns
+
+
+def bridge_gamma(options: dict[str, Any]) -> float:
+    """The discount of the bridge problem ``env.options`` describe (what ``bridge/J`` and the trained-on
+    return use), without a model; like :func:`bridge_num_turns`, for config checks (e.g. of an
+    algorithm with its own discount, GAE's ``algorithm.gae_gamma``)."""
+    opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
+    if opts.instance is None:
+        return 1.0 if opts.gamma is None else float(opts.gamma)
+    return float(_instance(opts.instance).gamma)
+
+
+def _instance(path: str) -> TreeMDP:
+    from seeupo.tabular.instances import load_problem
+
+    return load_problem(path).instance(0)
 
 
 def random_histories(problem: TreeMDP, count: int, generator: torch.Generator) -> list[tuple[int, int, list[int], list[int]]]:
@@ -333,7 +419,6 @@ def format_warmup(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spell
 def make_bridge(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
     """The bridge's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`BridgeOptions`)."""
     from seeupo.llm.envs import EnvSpec
-    from seeupo.validation import dataclass_from_dict
 
     opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
     problem = bridge_problem(opts)
