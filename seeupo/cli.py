@@ -356,8 +356,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         load_model_weights(checkpoint, trainer.model)
         trainer.step_count = load_checkpoint(checkpoint)["trainer"]["step"]
     start_output(out, settings, resume=args.resume)
-    scores = evaluate_policy(trainer, args.k, out, batch=args.batch, max_tasks=args.max_tasks,
-                             progress=not args.no_progress, resume=args.resume)
+    try:
+        scores = evaluate_policy(trainer, args.k, out, batch=args.batch, max_tasks=args.max_tasks,
+                                 progress=not args.no_progress, resume=args.resume)
+    except KeyboardInterrupt:  # what finished is on disk; say how to continue instead of a traceback
+        kept = sum(1 for _ in (out / EPISODES).open()) if (out / EPISODES).exists() else 0
+        print(f"seeupo eval: interrupted; {kept} finished episodes are in {out / EPISODES}; "
+              "the same command with --resume continues", file=sys.stderr)
+        return 130
     print(markdown(scores, args.k), end="")
     print(f"Wrote {out / EPISODES}, {out / 'summary.json'} and {out / 'summary.md'}.")
     return 0

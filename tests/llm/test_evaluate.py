@@ -118,8 +118,8 @@ def test_an_interrupted_eval_resumes_to_the_episodes_of_an_uninterrupted_one(tmp
         return real(*a, **kw)
 
     monkeypatch.setattr(evaluate_module, "run_episodes", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        main(args + ["--out", str(cut)])
+    assert main(args + ["--out", str(cut)]) == 130
+    assert f"interrupted; {3 * batch} finished episodes" in capsys.readouterr().err
     monkeypatch.setattr(evaluate_module, "run_episodes", real)
     kept = _without_times(cut / "episodes.jsonl")
     assert kept == expected[: 3 * batch]  # what finished is on disk, written as it finished
@@ -131,8 +131,8 @@ def test_an_interrupted_eval_resumes_to_the_episodes_of_an_uninterrupted_one(tmp
         (cut / "episodes.jsonl").write_text("".join(lines[:5]) + lines[5][:40])
     assert main(args + ["--out", str(cut), "--resume"]) == 0
     assert _without_times(cut / "episodes.jsonl") == expected
-    summary = lambda d: {k: v for k, v in json.loads((d / "summary.json").read_text()).items()}  # noqa: E731
-    assert summary(cut) == summary(whole) and summary(cut)["episodes"] == 12
+    summary = json.loads((cut / "summary.json").read_text())
+    assert summary == json.loads((whole / "summary.json").read_text()) and summary["episodes"] == 12
     capsys.readouterr()
 
 
@@ -156,6 +156,10 @@ def test_resume_refuses_other_settings_and_leaves_the_folder_alone(tmp_path, cap
         assert main(args + ["--no-progress", "--out", str(out), "--resume"] + sets) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and expected in err and "Traceback" not in err, (expected, err)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    assert main(["eval", "--out", str(tmp_path / "notes")]) == 2
+    assert "is not empty (it holds other files)" in capsys.readouterr().err
     assert main(["eval", "--out", str(tmp_path / "empty"), "--resume"]) == 2
     assert "no evaluation to resume" in capsys.readouterr().err
     assert main(["eval", "--out", str(out), "--resume", "--overwrite"]) == 2
