@@ -196,27 +196,29 @@ def evaluate_policy(trainer: Any, k: int, out_dir: Path, *, batch: int = 1, max_
         from tqdm import tqdm
 
         bar = tqdm(total=total, initial=len(done), unit="episode", dynamic_ncols=True, desc=f"eval {len(tasks)} tasks x {k}")
-    with path.open("a" if resume else "w") as log:
-        for start in range(0, total, batch):
-            ids = list(range(start, min(start + batch, total)))
-            if all(divmod(e, k) in done for e in ids):
-                continue
-            began = time.perf_counter()
-            for record in _rollout(trainer, [tasks[e // k] for e in ids], start):
-                e = ids[record.pop("_index")]
-                task_index, sample = divmod(e, k)
-                if (task_index, sample) in done:  # finished before an interruption: kept as it was
+    try:
+        with path.open("a" if resume else "w") as log:
+            for start in range(0, total, batch):
+                ids = list(range(start, min(start + batch, total)))
+                if all(divmod(e, k) in done for e in ids):
                     continue
-                episode, turns = record["episode"], record["turns"]
-                line = episode_record(task_index, sample, tasks[task_index], category(tasks[task_index]), episode, turns,
-                                      time.perf_counter() - began)
-                log.write(json.dumps(line) + "\n")
-                log.flush()
-                records.append(line)
-                if bar is not None:
-                    bar.update(1)
-    if bar is not None:
-        bar.close()
+                began = time.perf_counter()
+                for record in _rollout(trainer, [tasks[e // k] for e in ids], start):
+                    e = ids[record.pop("_index")]
+                    task_index, sample = divmod(e, k)
+                    if (task_index, sample) in done:  # finished before an interruption: kept as it was
+                        continue
+                    episode, turns = record["episode"], record["turns"]
+                    line = episode_record(task_index, sample, tasks[task_index], category(tasks[task_index]), episode, turns,
+                                          time.perf_counter() - began)
+                    log.write(json.dumps(line) + "\n")
+                    log.flush()
+                    records.append(line)
+                    if bar is not None:
+                        bar.update(1)
+    finally:  # the bar ends on its own line, also when interrupted
+        if bar is not None:
+            bar.close()
     scores = score_episodes(records)
     summary = {"k": k, "checkpoint_step": trainer.step_count, "episodes": len(records),
                "categories": [s.__dict__ for s in scores]}
