@@ -151,7 +151,7 @@ def episode_record(task_index: int, sample: int, task: Any, category: str, episo
         "truncated": episode.outcome != "done" or bool(last.get("truncated", False)),
         "responses_truncated": sum(t.finish_reason == "length" for t in turns),
         "seconds": round(seconds, 3), "prompt": episode.messages,
-        "turns": [{"response": t.response_text, "response_tokens": t.response_tokens, "finish_reason": t.finish_reason,
+        "turns": [{"context_tokens": t.context_tokens, "response": t.response_text, "response_tokens": t.response_tokens, "finish_reason": t.finish_reason,
                    "response_truncated": t.finish_reason == "length", "observation": t.observation, "reward": t.reward,
                    "info": _jsonable(t.info)} for t in turns],
     }
