@@ -90,6 +90,7 @@ def check_output(out_dir: Path, settings: dict[str, Any], *, resume: bool = Fals
         if changes:
             raise InputError(None, f"--resume: {out_dir} was evaluated with other settings ({'; '.join(changes)}); "
                                    "resume with the same ones, or use another --out or --overwrite")
+        read_episodes(out_dir / EPISODES, repair=False)  # a damaged log is refused now, not after the model loads
     elif not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
         present = [name for name in OUTPUT_FILES if (out_dir / name).exists()]
         what = f"an evaluation ({', '.join(present)})" if present else "other files"
@@ -157,16 +158,25 @@ def episode_record(task_index: int, sample: int, task: Any, category: str, episo
     }
 
 
-def read_episodes(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of an ``episodes.jsonl``; a last line cut by a crash is removed from the file."""
+def read_episodes(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """The complete lines of an ``episodes.jsonl``; with ``repair``, a last line cut by a crash is removed from the file."""
     if not path.exists():
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
-    if end < len(data):  # an interrupted write: drop the partial line so appends start on a fresh one
+    if repair and end < len(data):  # an interrupted write: drop the partial line so appends start on a fresh one
         with path.open("r+b") as f:
             f.truncate(end)
-    return [json.loads(line) for line in data[:end].decode().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(data[:end].decode(errors="replace").splitlines(), 1):
+        try:
+            record = json.loads(line)
+            if not (isinstance(record, dict) and isinstance(record.get("task_index"), int) and isinstance(record.get("sample"), int)):
+                raise ValueError("not an episode record (task_index, sample)")
+        except ValueError as err:  # a file edited or written by something else: refuse, never guess
+            raise InputError(None, f"--resume: {path}, line {number}: {err}") from None
+        records.append(record)
+    return records
 
 
 def evaluate_policy(trainer: Any, k: int, out_dir: Path, *, batch: int = 1, max_tasks: int | None = None,

@@ -136,7 +136,7 @@ def test_an_interrupted_eval_resumes_to_the_episodes_of_an_uninterrupted_one(tmp
     capsys.readouterr()
 
 
-def test_resume_refuses_other_settings_and_leaves_the_folder_alone(tmp_path, capsys):
+def test_resume_refuses_other_settings_and_leaves_the_folder_alone(tmp_path, capsys, monkeypatch):
     sets = [a for s in SMALL for a in ("--set", s)]
     out = tmp_path / "eval"
     base = ["eval", "--k", "2", "--max-tasks", "2", "--no-progress", "--out", str(out)]
@@ -152,6 +152,11 @@ def test_resume_refuses_other_settings_and_leaves_the_folder_alone(tmp_path, cap
     }
     trainer = Trainer(load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path / 'run'}"]))
     trainer.train()
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(Trainer, "__init__", no_model)  # every refusal below comes before the model loads
     for expected, args in refused.items():
         assert main(args + ["--no-progress", "--out", str(out), "--resume"] + sets) == 2
         err = capsys.readouterr().err
@@ -162,9 +167,17 @@ def test_resume_refuses_other_settings_and_leaves_the_folder_alone(tmp_path, cap
     assert "is not empty (it holds other files)" in capsys.readouterr().err
     assert main(["eval", "--out", str(tmp_path / "empty"), "--resume"]) == 2
     assert "no evaluation to resume" in capsys.readouterr().err
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    (edited / "eval_settings.json").write_bytes(files["eval_settings.json"])
+    (edited / "episodes.jsonl").write_text(files["episodes.jsonl"].decode().replace('"sample": 1', '"sample": "1"'))
+    assert main(base[:-1] + [str(edited), "--resume"] + sets) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 2: not an episode record" in err
     assert main(["eval", "--out", str(out), "--resume", "--overwrite"]) == 2
     assert "exclude each other" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+    monkeypatch.undo()
     # the same settings resume; nothing is left to roll out, and nothing changes but the summary's rewrite
     assert main(base + ["--resume"] + sets) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
