@@ -235,3 +235,28 @@ def test_truncated_says_which_cut(tmp_path, ends, env_truncated, outcome, trunca
         assert e["responses_truncated"] == sum(t["response_truncated"] for t in e["turns"])
     # the random tiny model rarely stops within 3 tokens: most responses are cut here
     assert sum(e["responses_truncated"] for e in episodes) >= len(episodes)
+
+
+def test_load_model_weights_compares_names_and_shapes_before_loading(tmp_path):
+    from torch import nn
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    from seeupo.llm.checkpoint import load_model_weights
+    from seeupo.validation import InputError
+
+    saved = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    path = save_checkpoint(tmp_path, 1, {"trainer": {"step": 1}}, sharded={"model": get_model_state_dict(saved)})
+    cases = {
+        "parameter '0.weight' has shape [2, 3] in the checkpoint and [2, 4] in the model": nn.Sequential(nn.Linear(4, 2), nn.Linear(2, 1)),
+        "it has no parameter '2.weight'": nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1), nn.Linear(1, 1)),
+        "the model has no parameter '1.bias' (2 parameters of the checkpoint are not in the model)": nn.Sequential(nn.Linear(3, 2)),
+    }
+    for message, model in cases.items():
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(InputError, match=re.escape(message)) as err:
+            load_model_weights(path, model)
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+        assert all(bool((a == b).all()) for a, b in zip(before, model.parameters()))  # nothing was loaded
+    same = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    load_model_weights(path, same)
+    assert all(bool((a == b).all()) for a, b in zip(saved.parameters(), same.parameters()))
