@@ -338,7 +338,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     _require_llm_extra()
     from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights
     from seeupo.llm.config import load_train_config
-    from seeupo.llm.evaluate import evaluate_policy, markdown
+    from seeupo.llm.evaluate import EPISODES, check_output, eval_settings, evaluate_policy, markdown, start_output
     from seeupo.llm.trainer import Trainer
 
     cfg = load_train_config(args.config, list(args.set))
@@ -349,13 +349,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         checkpoint = path if (path / "state.pt").exists() else latest_checkpoint(path / "checkpoints" if (path / "checkpoints").is_dir() else path)
         if checkpoint is None:
             raise InputError(None, f"argument --checkpoint: no checkpoint in {path} (expected a run folder or a checkpoints/step_N folder)")
+    settings = eval_settings(cfg, args.k, checkpoint, args.max_tasks, args.batch)
+    check_output(out, settings, resume=args.resume, overwrite=args.overwrite)  # before the model loads
     trainer = Trainer(cfg, prepare=checkpoint is None)
     if checkpoint is not None:
         load_model_weights(checkpoint, trainer.model)
         trainer.step_count = load_checkpoint(checkpoint)["trainer"]["step"]
-    scores = evaluate_policy(trainer, args.k, out, max_tasks=args.max_tasks, progress=not args.no_progress)
+    start_output(out, settings, resume=args.resume)
+    try:
+        scores = evaluate_policy(trainer, args.k, out, batch=args.batch, max_tasks=args.max_tasks,
+                                 progress=not args.no_progress, resume=args.resume)
+    except KeyboardInterrupt:  # what finished is on disk; say how to continue instead of a traceback
+        kept = sum(1 for _ in (out / EPISODES).open()) if (out / EPISODES).exists() else 0
+        print(f"seeupo eval: interrupted; {kept} finished episodes are in {out / EPISODES}; "
+              "the same command with --resume continues", file=sys.stderr)
+        return 130
     print(markdown(scores, args.k), end="")
-    print(f"Wrote {out / 'episodes.jsonl'}, {out / 'summary.json'} and {out / 'summary.md'}.")
+    print(f"Wrote {out / EPISODES}, {out / 'summary.json'} and {out / 'summary.md'}.")
     return 0
 
 
@@ -474,7 +484,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int_range(1, 1000), default=4, help="samples per task (default 4, the paper's avg@4/pass@4)")
     p.add_argument("--max-tasks", type=positive_int, help="only the first N evaluation tasks (default: all)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field (repeatable)")
-    p.add_argument("--out", default="results/eval", help="folder for episodes.jsonl and the summary (default: results/eval)")
+    p.add_argument("--out", default="results/eval",
+                   help="folder for episodes.jsonl, the settings and the summary (default: results/eval); "
+                        "it must be empty unless --resume or --overwrite")
+    p.add_argument("--batch", type=int_range(1, 100_000), default=1,
+                   help="episodes rolled out together (default 1: each alone, written as it finishes; "
+                        "raise it on a GPU to batch generation)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted evaluation in --out: keep its episodes, roll out the rest "
+                        "(refused unless config, --k, --checkpoint, --max-tasks and --batch are the same)")
+    p.add_argument("--overwrite", action="store_true", help="delete the evaluation files already in --out and start afresh")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)
 

@@ -158,8 +158,38 @@ def load_rng(path: str | Path) -> dict[str, Any] | None:
 
 
 def load_model_weights(path: str | Path, model: torch.nn.Module) -> None:
-    """Load the policy weights of checkpoint ``path`` into ``model`` (a plain or sharded model)."""
+    """Load the policy weights of checkpoint ``path`` into ``model`` (a plain or sharded model).
+
+    The checkpoint's parameter names and shapes are compared with the model's first, from the
+    checkpoint's metadata (nothing is read yet): a checkpoint of another model raises
+    ``InputError`` naming the checkpoint, the first parameter that differs and both shapes,
+    where loading would fail deep in ``torch.distributed.checkpoint`` with a size-mismatch traceback.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-    state = load_sharded(path, {"model": get_model_state_dict(model)})
+    from seeupo.validation import InputError
+
+    template = get_model_state_dict(model)
+    try:
+        metadata = FileSystemReader(Path(path) / "sharded").read_metadata().state_dict_metadata
+    except (OSError, ValueError, EOFError) as err:
+        raise InputError(None, f"checkpoint {path}: cannot read its weights ({err})") from None
+    saved = {key[len("model."):]: tuple(meta.size) for key, meta in metadata.items()
+             if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
+    wanted = {key: tuple(value.shape) for key, value in template.items()}
+    other = "is a checkpoint of another model (check config model.name)"
+    for key, shape in wanted.items():
+        if key not in saved:
+            raise InputError(None, f"checkpoint {path} {other}: it has no parameter {key!r} "
+                                   f"(the model's is {list(shape)}; the checkpoint has {len(saved)} parameters, the model {len(wanted)})")
+        if saved[key] != shape:
+            raise InputError(None, f"checkpoint {path} {other}: parameter {key!r} has shape {list(saved[key])} "
+                                   f"in the checkpoint and {list(shape)} in the model")
+    extra = sorted(set(saved) - set(wanted))
+    if extra:
+        raise InputError(None, f"checkpoint {path} {other}: the model has no parameter {extra[0]!r} "
+                               f"({len(extra)} parameters of the checkpoint are not in the model)")
+    state = load_sharded(path, {"model": template})
     set_model_state_dict(model, state["model"])
