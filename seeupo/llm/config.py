@@ -274,7 +274,7 @@ def resolve_algorithm(data: Any) -> AlgorithmConfig:
     data = dict(as_object(data, "config.algorithm"))
     name = data.pop("preset", "seeupo")
     label = data.pop("name", None)
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise InputError("config.algorithm.preset", f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     if label is not None and (not isinstance(label, str) or not label.strip() or len(label) > 200):
         raise InputError("config.algorithm.name", f"must be a non-empty string of at most 200 characters, got {label!r}")
