@@ -318,7 +318,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         env = init_distributed()
     try:
-        return _train(cfg, args, Trainer(cfg, dist=env), out, resume=checkpoint is not None)
+        return _train(cfg, args, Trainer(cfg, dist=env, check_prompts=True), out, resume=checkpoint is not None)
     finally:
         if env is not None:
             shutdown()

@@ -88,11 +88,14 @@ class Trainer:
     each update). ``dist`` (:func:`seeupo.llm.distributed.init_distributed`) makes this process
     one of several data-parallel ones (:mod:`seeupo.llm.distributed`): it rolls out its share of
     the tasks and holds a shard of each model, and every process makes the update that one
-    process would make on the whole batch.
+    process would make on the whole batch. ``check_prompts`` refuses a ``rollout.max_context``
+    that none of the first tasks' prompts fits before the environment's set-up step (training;
+    an evaluation scores such episodes as failed instead).
     """
 
     def __init__(self, cfg: TrainConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None) -> None:
+                 engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None,
+                 check_prompts: bool = False) -> None:
         self.cfg = cfg
         algo, par = cfg.algorithm, cfg.parallel
         self.dist = dist
@@ -107,7 +110,8 @@ class Trainer:
         self.model.eval()  # no dropout: the policy that samples is the policy that is scored
         self.env: EnvSpec = make_environment(cfg.env.name, cfg.env.options, tokenizer, cfg.seed)
         self.prepared: dict[str, float] = {}
-        self._check_prompts_fit()
+        if check_prompts:
+            self._check_prompts_fit()
         if prepare and self.env.prepare is not None:  # on the whole model, before any copy or sharding
             self.prepared = self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
         if dist is not None:
