@@ -250,9 +250,11 @@ LIMITS: dict[str, int] = {
 # Fields that may differ between a run's saved config and the config it is resumed with. None of
 # them changes what a step computes (a resumed run makes exactly the steps an uninterrupted run
 # makes): the number of steps (to extend a run), where the run folder is, logging back-ends,
-# progress display and diagnostics that only add metrics, checkpoint cadence, and the size guard.
+# progress display and diagnostics that only add metrics, checkpoint cadence, the size guard, and
+# the algorithm's label (its fields may not change; a run saved before modified presets were
+# named for what they are resumes under the name that says so).
 RESUMABLE_FIELDS: tuple[str, ...] = (
-    "steps", "out_dir", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
+    "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
 )
 

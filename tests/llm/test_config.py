@@ -164,7 +164,8 @@ def test_resume_changes_allow_only_the_resumable_fields():
                                                        "env.options.problem_seed=3"]))
     text = str(err.value)
     assert "\n" not in text and "steps" not in text.split(" (only")[0]
-    for change in ("algorithm.preset: 'seeupo' -> 'grpo'", "algorithm.name: 'seeupo' -> 'grpo'",
+    assert "algorithm.name" not in text.split(" (only")[0]  # a label; the fields below are what changed
+    for change in ("algorithm.preset: 'seeupo' -> 'grpo'",
                    "algorithm.grae_scale: 'batch_std' -> 'group_std'", "model.dtype: 'float32' -> 'float64'",
                    "env.options.problem_seed: 0 -> 3"):
         assert change in text, change
@@ -174,6 +175,11 @@ def test_a_saved_config_without_newer_sections_compares_with_their_defaults():
     saved = load_train_config(None, ["steps=4"]).to_dict()
     del saved["limits"]  # a run saved before the section existed
     assert resume_changes(saved, load_train_config(None, ["steps=4"])) == {}
+    # a run of a modified preset saved under the preset's name resumes under the name that says what it is
+    cfg = load_train_config(None, ["steps=4", "algorithm.equal_budget=true"])
+    old = cfg.to_dict()
+    old["algorithm"]["name"] = "seeupo"
+    assert resume_changes(old, cfg) == {"algorithm.name": ("seeupo", "seeupo+equal_budget=true")}
 
 
 def test_the_saved_algorithm_says_what_ran_and_reads_back():

@@ -236,5 +236,6 @@ def test_resume_of_a_changed_run_in_a_subprocess_lists_every_change(earlier_run,
     rc, err, _ = _limited(argv, tmp_path)
     assert rc == 2 and err.count("\n") == 1, err
     listed = re.findall(r"(\S+): \S+ -> \S+", err.split(" (only")[0])
-    assert {"algorithm.preset", "algorithm.name", "model.dtype"} <= set(listed) and "steps" not in listed, err
+    assert {"algorithm.preset", "algorithm.grae_scale", "model.dtype"} <= set(listed), err
+    assert "steps" not in listed and "algorithm.name" not in listed, err
     assert _hashes(run) == before
