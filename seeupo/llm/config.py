@@ -244,7 +244,7 @@ ALGORITHM_BOUNDS: dict[str, tuple[float, float]] = {
 LIMITS: dict[str, int] = {
     "episodes_per_step": 4096,        # the paper: 32 x 8 = 256
     "batch_token_positions": 2**28,   # the paper: 256 x 10 x 32768 = 8.4e7; about 10 GiB of batch tensors at the limit
-    "bridge_table_entries": 10**5,    # histories x actions of the bridge problem (the default: 20)
+    "bridge_table_entries": 10**5,    # histories x actions x observations of the bridge problem (the demo: 20)
 }
 
 # Fields that may differ between a run's saved config and the config it is resumed with. None of

@@ -108,7 +108,7 @@ def test_consistent_settings_pass():
     (["rollout.tasks_per_step=5000", "algorithm.group_size=2"], "config.rollout.tasks_per_step", "10000 episodes per step"),
     # 32 x 8 episodes x 10 turns x 2**20 tokens = 2.7e9 positions > 2**28
     (["rollout.max_context=1048576"], "config.rollout.max_context", "2.68e+09 token positions per step"),
-    # 4 actions over 6 turns and 4 observations: 8 * sum_t 16**t... far more than 10**5 table entries
+    # 4 actions x 4 observations over 6 turns: sum_t 16**t, about 1.8e7 table entries, far more than 10**5
     (["env.options={kind: tree_mdp, turns: 6, actions: 4, observations: 4}", "rollout.max_turns=6"], "config.env.options",
      "table entries"),
 ])

@@ -168,10 +168,23 @@ def _call(argv, capsys):
     return rc, out.out, out.err, elapsed
 
 
-@settings(suppress_health_check=[*settings.default.suppress_health_check, HealthCheck.function_scoped_fixture],
-          max_examples=max(12, settings.default.max_examples))
+HOSTILE = dict(suppress_health_check=[*settings.default.suppress_health_check, HealthCheck.function_scoped_fixture])
+
+
+@settings(**HOSTILE, max_examples=max(12, settings.default.max_examples))
 @given(case=hostile_train_calls())
 def test_hostile_train_calls_exit_2_with_one_line_naming_the_key(case, earlier_run, tmp_path_factory, capsys):
+    _check_refused(case, earlier_run, tmp_path_factory, capsys)
+
+
+@pytest.mark.slow
+@settings(**HOSTILE, max_examples=300)
+@given(case=hostile_train_calls())
+def test_many_hostile_train_calls(case, earlier_run, tmp_path_factory, capsys):
+    _check_refused(case, earlier_run, tmp_path_factory, capsys)
+
+
+def _check_refused(case, earlier_run, tmp_path_factory, capsys) -> None:
     base, doc, extra, key, folder = case
     event(f"{base}: {folder or ('cross' if extra else 'file')}")
     run, small = earlier_run
