@@ -248,14 +248,21 @@ LIMITS: dict[str, int] = {
 }
 
 # Fields that may differ between a run's saved config and the config it is resumed with. None of
-# them changes what a step computes (a resumed run makes exactly the steps an uninterrupted run
-# makes): the number of steps (to extend a run), where the run folder is, logging back-ends,
-# progress display and diagnostics that only add metrics, checkpoint cadence, the size guard, and
-# the algorithm's label (its fields may not change; a run saved before modified presets were
-# named for what they are resumes under the name that says so).
+# them changes the algorithm, the model, the data, the sampling or a hyperparameter:
+# * bookkeeping: the number of steps (to extend a run), where the run folder is, the algorithm's
+#   label (its fields may not change; a run saved before modified presets were named for what
+#   they are resumes under the name that says so), logging back-ends, progress display,
+#   diagnostics that only add metrics, checkpoint cadence, the size guard;
+# * the hardware layout: how a step is spread over processes and memory (``parallel``, read only
+#   under torchrun; micro-batches, whose gradient accumulation is exact; vLLM's memory share).
+#   A checkpoint resumes on any number of processes, one included, so these must be free to
+#   change with the machine; the resumed steps then agree with an uninterrupted run's to
+#   rounding (docs/distributed.md), and bit for bit when none of them changed.
 RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
+    "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
+    "optim.micro_batch_tokens", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
 # env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):
