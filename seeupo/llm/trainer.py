@@ -424,7 +424,8 @@ class Trainer:
         ``RESUME_LOG``.
         """
         cfg = self.cfg
-        changes = resume_changes(saved, cfg) if resume and (saved := saved_run_config(self.out_dir)) is not None else {}
+        saved = saved_run_config(self.out_dir) if resume else None
+        changes = resume_changes(saved, cfg) if saved is not None else {}  # refuses before anything is loaded
         start = self.resume() if resume else 0
         resumed = start > 0
         progress = (cfg.logging.progress if progress is None else progress) and self.is_main

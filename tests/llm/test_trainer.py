@@ -167,6 +167,13 @@ def test_resume_refuses_another_config_and_logs_allowed_changes(tmp_path, capsys
     assert len(log) == 1 and log[0]["resumed_from_step"] == 2
     assert log[0]["changes"] == {"checkpoint.every": [1, 5], "steps": [2, 3]}
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+    # the library refuses the same way: Trainer.train(resume=True) with another algorithm
+    from seeupo.validation import InputError
+
+    other = Trainer(load_train_config(None, SMALL + ["steps=4", "checkpoint.every=1", "algorithm.preset=rloo", f"out_dir={run}"]))
+    with pytest.raises(InputError, match="algorithm.preset: 'seeupo' -> 'rloo'"):
+        other.train(resume=True)
+    assert (run / "config.yaml").read_text() == config_text and len((run / "resume_log.jsonl").read_text().splitlines()) == 1
     # without --resume an existing run folder is refused
     assert main(["train", *sets, "--out", str(run)]) == 2
     assert "already holds a run; pass --resume" in _one_line(capsys)
