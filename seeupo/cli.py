@@ -162,7 +162,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    settings = {name: {k: v for k, v in cfg.to_dict().items() if k != "name"} for name, cfg in PRESETS.items()}
+    settings = {name: {k: v for k, v in cfg.to_dict().items() if k not in ("name", "preset")} for name, cfg in PRESETS.items()}
     if args.name or args.all:
         for name, fields in settings.items():
             if args.name and name != args.name:
@@ -290,29 +290,48 @@ def _require_llm_extra() -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     _require_llm_extra()
-    from seeupo.llm.config import load_train_config
+    from seeupo.llm.checkpoint import latest_checkpoint, saved_run_config
+    from seeupo.llm.config import check_for_training, load_train_config, resume_changes
     from seeupo.llm.distributed import launched_by_torchrun, shutdown
-    from seeupo.llm.metrics import METRICS_FILE
     from seeupo.llm.trainer import Trainer
 
     overrides = list(args.set) + ([f"out_dir={args.out}"] if args.out else [])
     cfg = load_train_config(args.config, overrides)
-    out = writable_dir(cfg.out_dir, "--out")
-    if (out / METRICS_FILE).exists() and not args.resume:
-        raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
+    check_for_training(cfg)
+    # every check of the run folder comes before it is created or a model is loaded
+    out = Path(cfg.out_dir)
+    checkpoint = latest_checkpoint(out / "checkpoints") if out.is_dir() else None
+    if args.resume and checkpoint is None:
+        what = "does not exist" if not out.exists() else "holds no checkpoint"
+        raise InputError(None, f"argument --resume: {out} {what}, so there is nothing to resume; "
+                               "--resume-if-possible starts a fresh run when there is no checkpoint")
+    saved = saved_run_config(out) if out.is_dir() else None
+    if saved is not None or _holds_run(out):
+        if not (args.resume or args.resume_if_possible):
+            raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
+        if saved is not None:
+            resume_changes(saved, cfg)  # refuses a config that would make it another run
+    out = writable_dir(out, "--out")
     env = None
     if launched_by_torchrun():  # torchrun --nproc-per-node N -m seeupo train ...: FSDP2 data parallelism
         from seeupo.llm.distributed import init_distributed
 
         env = init_distributed()
     try:
-        return _train(cfg, args, Trainer(cfg, dist=env), out)
+        return _train(cfg, args, Trainer(cfg, dist=env, check_prompts=True), out, resume=checkpoint is not None)
     finally:
         if env is not None:
             shutdown()
 
 
-def _train(cfg, args: argparse.Namespace, trainer, out: Path) -> int:
+def _holds_run(out: Path) -> bool:
+    """Whether ``out`` holds (part of) a run: its metrics, config or checkpoints."""
+    from seeupo.llm.metrics import METRICS_FILE
+
+    return any((out / name).exists() for name in (METRICS_FILE, "config.yaml", "checkpoints"))
+
+
+def _train(cfg, args: argparse.Namespace, trainer, out: Path, *, resume: bool) -> int:
     from seeupo.llm.metrics import METRICS_FILE
     from seeupo.llm.trainer import TrainingDiverged
 
@@ -323,7 +342,7 @@ def _train(cfg, args: argparse.Namespace, trainer, out: Path) -> int:
 
         say = tqdm.write
     try:
-        for metrics in trainer.run(resume=args.resume, progress=progress):
+        for metrics in trainer.run(resume=resume, progress=progress):
             shown = {k: metrics[k] for k in ("critic/score/mean", "bridge/J", "bridge/J_star", "actor/kl_loss") if k in metrics}
             say("  ".join([f"step {trainer.step_count}"] + [f"{k} {v:.4f}" for k, v in shown.items()]))
     except TrainingDiverged as err:
@@ -471,7 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set optim.lr=1e-5 (repeatable)")
     p.add_argument("--out", help="the run folder (overrides out_dir)")
-    p.add_argument("--resume", action="store_true", help="continue the run in the run folder from its newest checkpoint")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="continue the run in the run folder from its newest checkpoint (an error when there is none); "
+                             "the config may differ from the run's only in the fields of seeupo.llm.config.RESUMABLE_FIELDS")
+    resume.add_argument("--resume-if-possible", action="store_true",
+                        help="--resume when the run folder has a checkpoint, else start the run fresh there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)
 

@@ -163,6 +163,17 @@ def test_presets_table_shows_only_differing_fields(seeupo):
     from seeupo.core.config import PRESETS
 
     assert seeupo("presets", "--all").stdout.count("kl_coef = ") == len(PRESETS)
+    # the `preset` a configuration started from is bookkeeping, not a setting: one column "preset", the names
+    assert header.count("preset") == 1 and "preset = " not in one
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:len(PRESETS) + 1]] == list(PRESETS)
+
+
+def test_train_help_documents_both_resume_flags(seeupo):
+    out = seeupo("train", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "--resume " in text and "an error when there is none" in text
+    assert "--resume-if-possible" in text and "else start the run fresh there" in text
 
 
 def test_help_does_not_import_torch():

@@ -18,6 +18,12 @@ from typing import Literal
 class AlgorithmConfig:
     """One multi-turn policy-optimisation algorithm.
 
+    Naming
+      name: what the run is called in saved configs, metrics and figures; it must say what ran
+        (see :func:`preset`).
+      preset: the preset this configuration was derived from (``None``: composed by hand), so
+        that a saved configuration names its starting point as well as what ran.
+
     Advantage estimation
       advantage: ``"oracle"`` (exact advantages supplied by the caller), ``"gae"`` (critic,
         Schulman et al. 2016) or ``"grae"`` (group relative, critic-free; PAPER.md §2).
@@ -78,6 +84,7 @@ class AlgorithmConfig:
     """
 
     name: str = "custom"
+    preset: str | None = None
     advantage: Literal["oracle", "gae", "grae"] = "grae"
     gae_gamma: float = 1.0
     gae_lambda: float = 1.0
@@ -156,33 +163,76 @@ class AlgorithmConfig:
 
 PRESETS: dict[str, AlgorithmConfig] = {
     # GAE + token-level PPU (Schulman et al. 2017; Ouyang et al. 2022).
-    "ppo": AlgorithmConfig(name="ppo", advantage="gae", gae_token_level=True, update="ppo", ratio_level="token"),
+    "ppo": AlgorithmConfig(name="ppo", preset="ppo", advantage="gae", gae_token_level=True, update="ppo", ratio_level="token"),
     # GRAE (group std) + token-level PPU (Shao et al. 2024).
-    "grpo": AlgorithmConfig(name="grpo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="token"),
+    "grpo": AlgorithmConfig(name="grpo", preset="grpo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="token"),
     # GRAE + batch z-score + token-level PPU (REINFORCE++ with a group baseline, Hu 2025).
     "reinforce_pp": AlgorithmConfig(
-        name="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
+        name="reinforce_pp", preset="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
     # mainstream multi-turn trainers (Zheng et al. 2025).
     "gspo": AlgorithmConfig(
-        name="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
+        name="gspo", preset="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
         ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
     ),
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
-    "rloo": AlgorithmConfig(name="rloo", advantage="grae", grae_center="loo", update="reinforce"),
+    "rloo": AlgorithmConfig(name="rloo", preset="rloo", advantage="grae", grae_center="loo", update="reinforce"),
     # GRAE + batch z-score + per-turn sequence-level PPU, turns updated in reverse order with
     # the HAPPO weight M keyed by trajectory (PAPER.md §4).
     "seeupo": AlgorithmConfig(
-        name="seeupo", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="sequence",
+        name="seeupo", preset="seeupo", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="sequence",
         ratio_scope="turn", length_norm=True, aggregation="seq_mean_token_mean", schedule="sequential",
         order="reverse", m_factor="happo",
     ),
 }
 
 
-def preset(name: str, **overrides: object) -> AlgorithmConfig:
-    """A named preset, with any field overridden: ``preset("seeupo", order="forward")``."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
-    return PRESETS[name].replace(**overrides)
+# Fields that make an algorithm what it is. Changing one of them makes a different algorithm,
+# so :func:`preset` renames it; the other fields (group size, clip range, KL coefficient, epochs,
+# ...) are hyperparameters of the same algorithm and keep its name.
+IDENTITY_FIELDS: tuple[str, ...] = (
+    "advantage", "gae_token_level", "grae_center", "grae_scale", "update", "ratio_level", "ratio_scope", "length_norm",
+    "aggregation", "schedule", "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment",
+    "equal_budget",
+)
+
+
+def modified_name(base: str, changes: dict[str, object]) -> str:
+    """The name of preset ``base`` with ``changes``: ``base`` itself when no identity field changed,
+    else ``base+field=value,...`` (identity fields only, in declaration order), so that a modified
+    preset is never reported under the name of the algorithm it is not."""
+    reference = PRESETS[base]
+    changed = [k for k in IDENTITY_FIELDS if k in changes and changes[k] != getattr(reference, k)]
+    if not changed:
+        return base
+    return base + "+" + ",".join(f"{k}={_show(changes[k])}" for k in changed)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return "-".join(str(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def preset(preset_name: str, /, **overrides: object) -> AlgorithmConfig:
+    """A named preset, with any field overridden: ``preset("seeupo", order="forward")``.
+
+    The result's ``name`` says what it is: the preset's own name when only hyperparameters
+    changed, ``"seeupo+order=forward"`` when an identity field (:data:`IDENTITY_FIELDS`) changed,
+    or the ``name`` passed explicitly: ``preset("grpo", name="drgrpo", aggregation=...,
+    grae_scale="none")``. ``preset`` records ``preset_name`` either way.
+    """
+    if preset_name not in PRESETS:
+        raise ValueError(f"unknown preset {preset_name!r}; choose from {sorted(PRESETS)}")
+    changes = dict(overrides)
+    name = changes.pop("name", None)
+    changes.pop("preset", None)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError(f"AlgorithmConfig.name must be a non-empty string, got {name!r}")
+    cfg = PRESETS[preset_name].replace(**changes, name=name or modified_name(preset_name, changes), preset=preset_name)
+    if name in PRESETS and modified_name(name, {k: getattr(cfg, k) for k in IDENTITY_FIELDS}) != name:
+        differ = [k for k in IDENTITY_FIELDS if getattr(cfg, k) != getattr(PRESETS[name], k)]
+        raise ValueError(f"name {name!r} is the name of a preset whose {', '.join(differ)} differ from this algorithm's; "
+                         "choose another name")
+    return cfg

@@ -134,6 +134,23 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def saved_run_config(run_dir: str | Path) -> dict[str, Any] | None:
+    """The config a run folder was started with: its ``config.yaml``, else the one recorded in
+    its newest checkpoint's ``meta.json``; ``None`` when it has neither (no run yet)."""
+    from seeupo.llm.config import read_yaml
+    from seeupo.validation import read_json
+
+    run_dir = Path(run_dir)
+    if (run_dir / "config.yaml").is_file():
+        return read_yaml(run_dir / "config.yaml")
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    if latest is not None and (latest / "meta.json").is_file():
+        meta = read_json(latest / "meta.json")
+        if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
+            return meta["config"]
+    return None
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The ``state`` saved in checkpoint folder ``path`` (on the CPU)."""
     return torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)

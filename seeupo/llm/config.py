@@ -21,6 +21,19 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     logging: {tensorboard: false, wandb_project: null, progress: true}
     checkpoint: {every: 10, keep: 2}
     parallel: {mixed_precision: bf16, activation_checkpointing: true, cpu_offload: false}  # torchrun only
+    limits:  {allow_large: false}   # see check_for_training
+
+Checks, all before a model is loaded (``seeupo train`` exits with one line and code 2):
+
+* every field's type and range (:data:`BOUNDS`), and ``env.options`` against the environment's
+  own options (:func:`check_env_options`);
+* cross-field consistency (:meth:`TrainConfig.from_dict`): ``rollout.max_turns`` covers the
+  bridge's turns, ``optim.micro_batch_tokens`` holds the longest row (``rollout.max_context``);
+* for training only (:func:`check_for_training`): ``rollout.top_p`` is 1, and the sizes a step
+  would allocate stay under :data:`LIMITS` unless ``limits.allow_large: true``.
+
+Resuming (:func:`resume_changes`): only the fields of :data:`RESUMABLE_FIELDS` may differ from
+the run's saved config.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from seeupo.core.config import PRESETS, AlgorithmConfig
+from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
 # the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2
@@ -162,6 +175,13 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """allow_large: skip the size limits of :data:`LIMITS` (for a machine that has the memory and time)."""
+
+    allow_large: bool = False
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A whole ``seeupo train`` run. ``algorithm`` is resolved from ``preset`` plus overrides."""
 
@@ -176,11 +196,15 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON/YAML-ready; ``TrainConfig.from_dict(cfg.to_dict()) == cfg``."""
         out = dataclasses.asdict(self)
-        out["algorithm"] = {"preset": self.algorithm.name if self.algorithm.name in PRESETS else "custom", **out["algorithm"]}
+        algorithm = out["algorithm"]
+        # a configuration composed by hand has no preset to start from: the seeupo preset is
+        # the base, every field is written out, so reading it back gives the same algorithm
+        out["algorithm"] = {"preset": algorithm.pop("preset") or "seeupo", "name": algorithm.pop("name"), **algorithm}
         return _lists(out)
 
     @classmethod
@@ -190,8 +214,7 @@ class TrainConfig:
             data = dict(as_object(data, None))
             algorithm = resolve_algorithm(data.pop("algorithm", {}))
             cfg = dataclasses.replace(dataclass_from_dict(cls, data, "config", BOUNDS), algorithm=algorithm)
-            if cfg.rollout.vllm_sleep and cfg.rollout.engine != "vllm":
-                raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
+            _check_consistency(cfg)
             return cfg
         except InputError as err:
             raise err.in_file(source) if source else err
@@ -205,16 +228,203 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "max_grad_norm": (1e-12, 1e12), "micro_batch_rows": (1, 10**9), "micro_batch_tokens": (1, 10**12), "max_non_finite": (1, 10**6),
     "steps": (1, 10**9), "seed": (0, 2**63 - 1), "every": (1, 10**9), "keep": (1, 10**6),
 }
+# the algorithm section's numeric fields (types are checked against AlgorithmConfig; these keep
+# a typo like `epochs: 1000000` from running for days before anyone notices)
+ALGORITHM_BOUNDS: dict[str, tuple[float, float]] = {
+    "group_size": (1, 10**6), "epochs": (1, 1000), "minibatches": (1, 10**6), "kl_coef": (0.0, 1e6), "gae_gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0), "clip_eps_low": (0.0, 0.999999), "clip_eps_high": (0.0, 1e6), "dual_clip": (1.0, 1e6),
+    "grae_clamp": (1e-12, 1e12),
+}
+
+# What one training step may allocate before ``limits.allow_large: true`` is needed. Derived from
+# the shapes a step builds: ``tasks_per_step x group_size`` episodes, each turn a training row of
+# up to ``max_context`` tokens, so the padded batch has ``episodes x max_turns x max_context``
+# token positions (ids, masks, log-probs: about 40 bytes each before any activation), and the
+# bridge's exact J scores every history of its problem with the model every step.
+LIMITS: dict[str, int] = {
+    "episodes_per_step": 4096,        # the paper: 32 x 8 = 256
+    "batch_token_positions": 2**28,   # the paper: 256 x 10 x 32768 = 8.4e7; about 10 GiB of batch tensors at the limit
+    "bridge_table_entries": 10**5,    # histories x actions x observations of the bridge problem (the demo: 20)
+}
+
+# Fields that may differ between a run's saved config and the config it is resumed with. None of
+# them changes the algorithm, the model, the data, the sampling or a hyperparameter:
+# * bookkeeping: the number of steps (to extend a run), where the run folder is, the algorithm's
+#   label (its fields may not change; a run saved before modified presets were named for what
+#   they are resumes under the name that says so), logging back-ends, progress display,
+#   diagnostics that only add metrics, checkpoint cadence, the size guard;
+# * the hardware layout: how a step is spread over processes and memory (``parallel``, read only
+#   under torchrun; micro-batches, whose gradient accumulation is exact; vLLM's memory share).
+#   A checkpoint resumes on any number of processes, one included, so these must be free to
+#   change with the machine; the resumed steps then agree with an uninterrupted run's to
+#   rounding (docs/distributed.md), and bit for bit when none of them changed.
+RESUMABLE_FIELDS: tuple[str, ...] = (
+    "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
+    "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
+    "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
+    "optim.micro_batch_tokens", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
+)
+
+# env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):
+# the options are checked here, before a tokenizer or model exists
+ENV_OPTIONS: dict[str, tuple[str, str]] = {
+    "bridge": ("BridgeOptions", "BRIDGE_BOUNDS"), "bfcl": ("BFCLOptions", "BFCL_BOUNDS"),
+    "appworld": ("AppWorldOptions", "APPWORLD_BOUNDS"),
+}
 
 
 def resolve_algorithm(data: Any) -> AlgorithmConfig:
-    """``{"preset": NAME, **overrides}`` -> the preset with the paper's settings, then the overrides."""
+    """``{"preset": NAME, "name": LABEL, **overrides}`` -> the preset with the paper's settings, then the overrides.
+
+    The result is named as :func:`seeupo.core.config.preset` names it: the preset's name when only
+    hyperparameters differ from it, ``NAME+field=value`` when an identity field does, or ``LABEL``
+    when given (a preset's own name only for that preset's algorithm).
+    """
     data = dict(as_object(data, "config.algorithm"))
     name = data.pop("preset", "seeupo")
-    if name not in PRESETS:
+    label = data.pop("name", None)
+    if not isinstance(name, str) or name not in PRESETS:
         raise InputError("config.algorithm.preset", f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
+    if label is not None and (not isinstance(label, str) or not label.strip() or len(label) > 200):
+        raise InputError("config.algorithm.name", f"must be a non-empty string of at most 200 characters, got {label!r}")
     base = _lists(PRESETS[name].replace(**PAPER_ALGORITHM).to_dict())
-    return dataclass_from_dict(AlgorithmConfig, {**base, **data}, "config.algorithm")
+    checked = dataclass_from_dict(AlgorithmConfig, {**base, **data}, "config.algorithm", ALGORITHM_BOUNDS)
+    changes = {k: getattr(checked, k) for k in data}
+    try:
+        return preset(name, **{**PAPER_ALGORITHM, **changes}, **({"name": label} if label is not None else {}))
+    except ValueError as err:
+        raise InputError("config.algorithm.name", str(err)) from None
+
+
+def check_env_options(name: str, options: dict[str, Any]) -> Any:
+    """``env.options`` checked against environment ``name``'s options class (its type, range and
+    choice checks: an unknown BFCL category or split is reported here, before any model loads)."""
+    import importlib
+
+    from seeupo.llm.envs import ENVIRONMENTS
+
+    if name not in ENVIRONMENTS:
+        raise InputError("config.env.name", f"unknown environment {name!r}; expected one of {sorted(ENVIRONMENTS)}")
+    if name not in ENV_OPTIONS:
+        return None
+    module = importlib.import_module(ENVIRONMENTS[name].split(":")[0])
+    cls_name, bounds_name = ENV_OPTIONS[name]
+    return dataclass_from_dict(getattr(module, cls_name), options, "config.env.options", getattr(module, bounds_name))
+
+
+def bridge_shape(opts: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``(initial states, actions per turn, observations per turn)`` of the bridge problem of
+    options ``opts``, read from the options (or the instance file's header) without building it."""
+    if opts.instance is not None:
+        from seeupo.tabular.instances import load_problem
+
+        try:
+            problem = load_problem(opts.instance)
+        except InputError as err:
+            raise err.inside("config.env.options.instance") if err.source is None else err
+        return problem.num_initial_states, tuple(problem.actions_per_turn), tuple(problem.obs_per_turn)
+    observations = opts.observations if opts.kind == "tree_mdp" else 1
+    return opts.initial_states, (opts.actions,) * opts.turns, (observations,) * opts.turns
+
+
+def _check_consistency(cfg: "TrainConfig") -> None:
+    """Cross-field checks: combinations that would run but train or evaluate nothing meaningful."""
+    r, o = cfg.rollout, cfg.optim
+    if r.vllm_sleep and r.engine != "vllm":
+        raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
+    if o.micro_batch_tokens is not None and o.micro_batch_tokens < r.max_context:
+        raise InputError("config.optim.micro_batch_tokens",
+                         f"{o.micro_batch_tokens} is smaller than the longest possible row (rollout.max_context = "
+                         f"{r.max_context} tokens of context and response); raise it or lower rollout.max_context")
+    opts = check_env_options(cfg.env.name, cfg.env.options)
+    if cfg.env.name == "bridge":
+        turns = len(bridge_shape(opts)[1])
+        if r.max_turns < turns:
+            raise InputError("config.rollout.max_turns",
+                             f"{r.max_turns} is below the bridge problem's {turns} turns: every episode would be cut "
+                             f"off before its end (return 0); set rollout.max_turns >= {turns}")
+
+
+def check_for_training(cfg: "TrainConfig") -> None:
+    """The checks that apply to training but not to evaluation, before any model loads.
+
+    * ``rollout.top_p`` must be 1: the policy's log-probabilities, the importance ratios and the
+      bridge's exact J are of the full softmax, while a sampler with ``top_p < 1`` draws from a
+      truncated one, so the update would correct for the wrong distribution.
+    * the sizes of :data:`LIMITS`, unless ``limits.allow_large`` is true.
+    """
+    r, algo = cfg.rollout, cfg.algorithm
+    if r.top_p < 1.0:
+        raise InputError("config.rollout.top_p",
+                         f"{r.top_p} < 1 is refused for training: the policy's log-probs, the importance ratios and the "
+                         "bridge's exact J are of the full softmax, while the sampler would draw from the truncated one; use 1.0")
+    if cfg.limits.allow_large:
+        return
+    hint = "; set limits.allow_large: true on a machine that has the memory"
+    episodes = r.tasks_per_step * algo.group_size
+    if episodes > LIMITS["episodes_per_step"]:
+        key = "algorithm.group_size" if algo.group_size >= r.tasks_per_step else "rollout.tasks_per_step"
+        raise InputError(f"config.{key}", f"rollout.tasks_per_step x algorithm.group_size = {r.tasks_per_step} x "
+                                          f"{algo.group_size} = {episodes} episodes per step, more than the limit of "
+                                          f"{LIMITS['episodes_per_step']}{hint}")
+    positions = episodes * r.max_turns * r.max_context
+    if positions > LIMITS["batch_token_positions"]:
+        sizes = {"rollout.max_context": r.max_context, "rollout.max_turns": r.max_turns, "algorithm.group_size": algo.group_size,
+                 "rollout.tasks_per_step": r.tasks_per_step}
+        key = max(sizes, key=sizes.get)
+        raise InputError(f"config.{key}", f"{episodes} episodes x rollout.max_turns {r.max_turns} x rollout.max_context "
+                                          f"{r.max_context} = {positions:.3g} token positions per step, more than the limit "
+                                          f"of {LIMITS['batch_token_positions']:.3g}{hint}")
+    if cfg.env.name == "bridge":
+        from seeupo.validation import table_cells
+
+        initial, actions, observations = bridge_shape(check_env_options("bridge", cfg.env.options))
+        cells = table_cells(initial, actions, observations)
+        if cells > LIMITS["bridge_table_entries"]:
+            raise InputError("config.env.options", f"the bridge problem has {cells} table entries (turns x actions x "
+                                                   f"observations), more than the limit of {LIMITS['bridge_table_entries']} "
+                                                   f"its exact J scores every step{hint}")
+
+
+def flat_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict as ``{"section.field": value}``, ``env.options`` with the environment's
+    defaults filled in (so that a default written out and a default left out compare equal)."""
+    data = _lists(data)
+    env = data.get("env") or {}
+    try:
+        opts = check_env_options(env.get("name", "bridge"), env.get("options") or {})
+        if opts is not None:
+            data = {**data, "env": {**env, "options": _lists(dataclasses.asdict(opts))}}
+    except InputError:
+        pass  # compared as written
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        else:
+            out[prefix] = node
+
+    walk(data, "")
+    return out
+
+
+def resume_changes(saved: dict[str, Any], cfg: "TrainConfig") -> dict[str, tuple[Any, Any]]:
+    """``{key: (old, new)}`` for the fields where ``cfg`` differs from a run's ``saved`` config
+    (``config.yaml``; fields it lacks take today's defaults). Raises :class:`InputError` listing
+    every difference outside :data:`RESUMABLE_FIELDS`: resuming must not turn one run into another."""
+    defaults = TrainConfig().to_dict()
+    merged = {k: ({**defaults[k], **v} if isinstance(defaults.get(k), dict) and isinstance(v, dict) else v)
+              for k, v in {**defaults, **(saved if isinstance(saved, dict) else {})}.items()}
+    old, new = flat_config(merged), flat_config(cfg.to_dict())
+    changes = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+    refused = {k: v for k, v in changes.items() if k not in RESUMABLE_FIELDS}
+    if refused:
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
+        raise InputError(None, f"argument --resume: the config differs from the run's saved config in {listed} "
+                               f"(only {', '.join(RESUMABLE_FIELDS)} may change on resume)")
+    return changes
 
 
 def _lists(value: Any) -> Any:

@@ -30,12 +30,14 @@ import torch
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.parallel import DataParallel, owned, score_rows
 from seeupo.core.update import compute_advantages, policy_update
-from seeupo.llm.agent import AgentLimits, AgentRollout, run_episodes
-from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, set_rng_state
+from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
+from seeupo.llm.checkpoint import (
+    latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, saved_run_config, set_rng_state,
+)
 from seeupo.llm.distributed import (
     Distributed, barrier, broadcast_from_main, enable_activation_checkpointing, full_state_dict, gather_batch, rollout_replica, shard_model,
 )
-from seeupo.llm.config import TrainConfig
+from seeupo.llm.config import TrainConfig, resume_changes
 from seeupo.llm.envs import EnvSpec, make_environment
 from seeupo.llm.metrics import MetricsLogger
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, clipped_value_loss
@@ -68,6 +70,12 @@ def load_model(name: str, dtype: str, seed: int) -> tuple[torch.nn.Module, Any]:
     return model.eval(), AutoTokenizer.from_pretrained(name, local_files_only=True)
 
 
+def _no_prompt_fits(limit: int, shortest: int | None) -> InputError:
+    seen = f" (the shortest prompt seen has {shortest} tokens)" if shortest is not None else ""
+    return InputError("config.rollout.max_context", f"{limit} tokens: no prompt of this step fits the context{seen}; "
+                                                    "raise rollout.max_context")
+
+
 def _step_seed(seed: int, step: int, stream: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + stream) % (2**63 - 1)
 
@@ -80,11 +88,14 @@ class Trainer:
     each update). ``dist`` (:func:`seeupo.llm.distributed.init_distributed`) makes this process
     one of several data-parallel ones (:mod:`seeupo.llm.distributed`): it rolls out its share of
     the tasks and holds a shard of each model, and every process makes the update that one
-    process would make on the whole batch.
+    process would make on the whole batch. ``check_prompts`` refuses a ``rollout.max_context``
+    that none of the first tasks' prompts fits before the environment's set-up step (training;
+    an evaluation scores such episodes as failed instead).
     """
 
     def __init__(self, cfg: TrainConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None) -> None:
+                 engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None,
+                 check_prompts: bool = False) -> None:
         self.cfg = cfg
         algo, par = cfg.algorithm, cfg.parallel
         self.dist = dist
@@ -99,6 +110,8 @@ class Trainer:
         self.model.eval()  # no dropout: the policy that samples is the policy that is scored
         self.env: EnvSpec = make_environment(cfg.env.name, cfg.env.options, tokenizer, cfg.seed)
         self.prepared: dict[str, float] = {}
+        if check_prompts:
+            self._check_prompts_fit()
         if prepare and self.env.prepare is not None:  # on the whole model, before any copy or sharding
             self.prepared = self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
         if dist is not None:
@@ -166,6 +179,28 @@ class Trainer:
         per = len(tasks) // self.dp.world_size
         return tasks[self.dp.rank * per : (self.dp.rank + 1) * per]
 
+    def _check_prompts_fit(self, sample: int = 8) -> None:
+        """Refuse a ``rollout.max_context`` that no prompt fits, before any set-up step or rollout.
+
+        Looks at the first ``sample`` distinct tasks (rendering a prompt is cheap; playing one is
+        not): when none of them fits, the run could sample nothing.
+        """
+        limit, seen, lengths = self.cfg.rollout.max_context, [], []
+        chat = ChatDelta(self.tokenizer)
+        for task in self.env.tasks:
+            if len(seen) >= sample:
+                break
+            if any(task == other for other in seen):
+                continue
+            seen.append(task)
+            env = self.env.make(torch.Generator().manual_seed(0))
+            lengths.append(len(chat.prompt_ids(env.reset(task))))
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+        if lengths and min(lengths) >= limit:
+            raise _no_prompt_fits(limit, min(lengths))
+
     # ------------------------------------------------------------------ one step
 
     def rollout(self, step: int) -> AgentRollout:
@@ -178,11 +213,14 @@ class Trainer:
             max_new_tokens=self.env.max_new_tokens or cfg.rollout.max_new_tokens,
             stop_token_ids=(self.tokenizer.eos_token_id,), seed=_step_seed(cfg.seed, step, 3 + stream),
         )
-        return run_episodes(
-            self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.local_tasks(step),
-            cfg.algorithm.group_size, params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
-            dtype=torch.promote_types(next(self.model.parameters()).dtype, torch.float32),
-        )
+        try:
+            return run_episodes(
+                self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.local_tasks(step),
+                cfg.algorithm.group_size, params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
+                dtype=torch.promote_types(next(self.model.parameters()).dtype, torch.float32),
+            )
+        except NoPromptFits:  # a setting the user chose, not a fault of the toolkit: one line, exit 2
+            raise _no_prompt_fits(cfg.rollout.max_context, None) from None
 
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
@@ -377,15 +415,28 @@ class Trainer:
         return list(self.run(resume=resume, progress=progress))
 
     def run(self, *, resume: bool = False, progress: bool | None = None) -> Iterator[dict[str, float]]:
-        """:meth:`train`, yielding each step's metrics as soon as they are logged (process 0 logs)."""
+        """:meth:`train`, yielding each step's metrics as soon as they are logged (process 0 logs).
+
+        With ``resume``, the run continues from the newest checkpoint of ``out_dir`` (a fresh run
+        when there is none); ``cfg`` may differ from the run's saved config only in
+        :data:`~seeupo.llm.config.RESUMABLE_FIELDS` (else :class:`InputError`), ``config.yaml`` is
+        left as the run began, and each resume appends ``{time, step, changes}`` to
+        ``RESUME_LOG``.
+        """
         cfg = self.cfg
+        saved = saved_run_config(self.out_dir) if resume else None
+        changes = resume_changes(saved, cfg) if saved is not None else {}  # refuses before anything is loaded
         start = self.resume() if resume else 0
+        resumed = start > 0
         progress = (cfg.logging.progress if progress is None else progress) and self.is_main
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
+            if resumed:  # the run's config.yaml stays as it began; what changed is appended to the resume log
+                _append_resume_log(self.out_dir, start, changes)
+            else:
+                (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
             logger = MetricsLogger(self.out_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                                   resume_step=start if resume else None, config=cfg.to_dict())
+                                   resume_step=start if resumed else None, config=cfg.to_dict())
         else:
             logger = _NoLogger()
         with logger:
@@ -435,6 +486,19 @@ def _progress(iterable, enabled: bool, **kwargs):
     from tqdm import tqdm
 
     return tqdm(iterable, unit="step", dynamic_ncols=True, **kwargs)
+
+
+RESUME_LOG = "resume_log.jsonl"
+
+
+def _append_resume_log(out_dir: Path, step: int, changes: dict[str, tuple[Any, Any]]) -> None:
+    import datetime
+    import json
+
+    record = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "resumed_from_step": step,
+              "changes": {k: [old, new] for k, (old, new) in changes.items()}}
+    with (out_dir / RESUME_LOG).open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _yaml_dump(data: dict[str, Any]) -> str:

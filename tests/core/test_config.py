@@ -47,13 +47,50 @@ def test_preset_overrides():
     assert (cfg.order, cfg.epochs, cfg.minibatches, cfg.kl_coef) == ("forward", 4, 2, 0.002)
     base = PRESETS["seeupo"]
     for f in dataclasses.fields(AlgorithmConfig):
-        if f.name not in ("order", "epochs", "minibatches", "kl_coef"):
+        if f.name not in ("order", "epochs", "minibatches", "kl_coef", "name"):
             assert getattr(cfg, f.name) == getattr(base, f.name), f.name
+    assert cfg.name == "seeupo+order=forward"  # order is an identity field; epochs, minibatches, kl_coef are not
     # the registry is not mutated
     assert PRESETS["seeupo"].order == "reverse" and PRESETS["seeupo"].epochs == 1
     # custom order through an override
     cfg = preset("seeupo", order="custom", custom_order=(1, 0, 2))
     assert cfg.custom_order == (1, 0, 2)
+    assert cfg.name == "seeupo+order=custom,custom_order=1-0-2"
+
+
+def test_a_modified_preset_is_never_labelled_as_the_preset():
+    # issue 16: GRPO with other advantage and aggregation settings was saved as "grpo"
+    cfg = preset("grpo", grae_scale="none", aggregation="seq_mean_token_sum")
+    assert cfg.name == "grpo+grae_scale=none,aggregation=seq_mean_token_sum"
+    assert cfg.preset == "grpo"
+    # a named variant: preset("grpo", name=...) used to raise TypeError (two values for `name`)
+    dr = preset("grpo", name="drgrpo", grae_scale="none", aggregation="seq_mean_token_sum")
+    assert (dr.name, dr.preset, dr.grae_scale, dr.aggregation) == ("drgrpo", "grpo", "none", "seq_mean_token_sum")
+    # hyperparameters keep the name; so does an identity field set to the preset's own value
+    assert preset("grpo", group_size=16, kl_coef=0.01, epochs=3).name == "grpo"
+    assert preset("grpo", grae_scale="group_std").name == "grpo"
+    # a preset's name for another algorithm is refused, naming what differs
+    with pytest.raises(ValueError, match="'grpo' is the name of a preset whose .*grae_scale"):
+        preset("grpo", name="grpo", grae_scale="none")
+    with pytest.raises(ValueError, match="name of a preset"):
+        preset("ppo", name="seeupo")
+    assert preset("grpo", name="grpo", epochs=2).name == "grpo"
+    with pytest.raises(ValueError, match="non-empty"):
+        preset("grpo", name=" ")
+
+
+def test_identity_fields_are_fields_and_include_every_field_that_separates_presets():
+    from seeupo.core.config import IDENTITY_FIELDS
+
+    names = {f.name for f in dataclasses.fields(AlgorithmConfig)}
+    assert set(IDENTITY_FIELDS) <= names
+    separating = {f for f in names - {"name", "preset"} if len({repr(getattr(p, f)) for p in PRESETS.values()}) > 1}
+    assert separating <= set(IDENTITY_FIELDS)
+    # every preset differs from every other in an identity field, so no preset can carry another's name
+    for a in PRESETS.values():
+        for b in PRESETS.values():
+            if a is not b:
+                assert any(getattr(a, f) != getattr(b, f) for f in IDENTITY_FIELDS), (a.name, b.name)
 
 
 def test_preset_override_is_validated():

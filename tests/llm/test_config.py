@@ -62,3 +62,133 @@ def test_bad_files_name_the_file(tmp_path, text, message):
 def test_missing_file():
     with pytest.raises(InputError, match="no such file"):
         load_train_config("does/not/exist.yaml")
+
+
+# ---------------------------------------------------------------- issue 16: checks before the model loads
+
+from pathlib import Path  # noqa: E402
+
+from seeupo.llm.config import (  # noqa: E402
+    ENV_OPTIONS, LIMITS, RESUMABLE_FIELDS, check_for_training, flat_config, resume_changes,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("overrides,key,message", [
+    (["rollout.max_turns=1"], "config.rollout.max_turns", "below the bridge problem's 2 turns"),
+    (["rollout.max_turns=3", "env.options.turns=4"], "config.rollout.max_turns", "below the bridge problem's 4 turns"),
+    (["optim.micro_batch_tokens=1"], "config.optim.micro_batch_tokens", "smaller than the longest possible row"),
+    (["optim.micro_batch_tokens=8191"], "config.optim.micro_batch_tokens", "rollout.max_context = 8192"),
+    (["env.name=bfcl", "env.options={categories: [multi_turn_nope]}"], "config.env.options", "unknown category 'multi_turn_nope'"),
+    (["env.name=bfcl", "env.options={split: random}"], "config.env.options.split", "unknown value 'random'"),
+    (["env.name=atari"], "config.env.name", "unknown environment 'atari'"),
+    (["env.options.turns=7"], "config.env.options.turns", "must be in [1, 6]"),
+    (["algorithm.group_size=10000000"], "config.algorithm.group_size", "must be in [1, 1000000]"),
+    (["algorithm.epochs=100000"], "config.algorithm.epochs", "must be in [1, 1000]"),
+    (["algorithm.name=[1]"], "config.algorithm.name", "non-empty string"),
+    (["algorithm.preset=grpo", "algorithm.name=seeupo"], "config.algorithm.name", "name of a preset"),
+])
+def test_cross_field_and_environment_errors_come_from_the_config(overrides, key, message):
+    with pytest.raises(InputError) as err:
+        load_train_config(None, overrides)
+    assert err.value.field == key and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_consistent_settings_pass():
+    cfg = load_train_config(None, ["rollout.max_turns=2", "optim.micro_batch_tokens=8192", "env.options.turns=2"])
+    assert cfg.optim.micro_batch_tokens == 8192
+    assert load_train_config(None, ["rollout.max_context=512", "optim.micro_batch_tokens=512"]).optim.micro_batch_tokens == 512
+
+
+@pytest.mark.parametrize("overrides,key,message", [
+    (["rollout.top_p=0.7"], "config.rollout.top_p", "full softmax, while the sampler would draw from the truncated one"),
+    # 32 tasks x 10**6 rollouts: the run of issue 16 that hung for minutes
+    (["algorithm.group_size=1000000"], "config.algorithm.group_size", "32 x 1000000 = 32000000 episodes per step"),
+    (["rollout.tasks_per_step=5000", "algorithm.group_size=2"], "config.rollout.tasks_per_step", "10000 episodes per step"),
+    # 32 x 8 episodes x 10 turns x 2**20 tokens = 2.7e9 positions > 2**28
+    (["rollout.max_context=1048576"], "config.rollout.max_context", "2.68e+09 token positions per step"),
+    # 4 actions x 4 observations over 6 turns: sum_t 16**t, about 1.8e7 table entries, far more than 10**5
+    (["env.options={kind: tree_mdp, turns: 6, actions: 4, observations: 4}", "rollout.max_turns=6"], "config.env.options",
+     "table entries"),
+])
+def test_training_limits_and_top_p(overrides, key, message):
+    cfg = load_train_config(None, overrides)
+    with pytest.raises(InputError) as err:
+        check_for_training(cfg)
+    assert err.value.field == key and message in str(err.value) and "\n" not in str(err.value)
+    if key != "config.rollout.top_p":
+        assert "limits.allow_large: true" in str(err.value)
+        check_for_training(load_train_config(None, overrides + ["limits.allow_large=true"]))  # the documented way past
+
+
+def test_the_limits_are_what_the_sizes_add_up_to():
+    # at the limit exactly: 4096 episodes x 1 turn x 65536 tokens = 2**28 positions, accepted
+    cfg = load_train_config(None, ["rollout.tasks_per_step=512", "algorithm.group_size=8", "rollout.max_turns=2",
+                                   "rollout.max_context=32768"])
+    assert 512 * 8 == LIMITS["episodes_per_step"] and 4096 * 2 * 32768 == LIMITS["batch_token_positions"]
+    check_for_training(cfg)
+    with pytest.raises(InputError, match="episodes per step"):
+        check_for_training(load_train_config(None, ["rollout.tasks_per_step=513", "algorithm.group_size=8"]))
+    with pytest.raises(InputError, match="token positions"):
+        check_for_training(load_train_config(None, ["rollout.tasks_per_step=512", "algorithm.group_size=8",
+                                                    "rollout.max_turns=2", "rollout.max_context=32769"]))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_trains_within_the_limits_at_top_p_1(path):
+    cfg = load_train_config(path)
+    assert cfg.rollout.top_p == 1.0
+    check_for_training(cfg)
+
+
+def test_environment_option_classes_cover_every_environment():
+    from seeupo.llm.envs import ENVIRONMENTS
+
+    assert set(ENV_OPTIONS) == set(ENVIRONMENTS)
+
+
+def test_resumable_fields_are_config_keys():
+    keys = set(flat_config(TrainConfig().to_dict()))
+    assert set(RESUMABLE_FIELDS) <= keys
+
+
+def test_resume_changes_allow_only_the_resumable_fields():
+    saved = load_train_config(None, ["steps=4", "env.options.turns=2"]).to_dict()
+    longer = load_train_config(None, ["steps=9", "checkpoint.every=3", "logging.progress=false"])
+    assert resume_changes(saved, longer) == {"checkpoint.every": (10, 3), "logging.progress": (True, False), "steps": (4, 9)}
+    # an option left out equals its default written out; the same config has no changes
+    assert resume_changes(saved, load_train_config(None, ["steps=4"])) == {}
+    with pytest.raises(InputError) as err:
+        resume_changes(saved, load_train_config(None, ["steps=9", "algorithm.preset=grpo", "model.dtype=float64",
+                                                       "env.options.problem_seed=3"]))
+    text = str(err.value)
+    assert "\n" not in text and "steps" not in text.split(" (only")[0]
+    assert "algorithm.name" not in text.split(" (only")[0]  # a label; the fields below are what changed
+    for change in ("algorithm.preset: 'seeupo' -> 'grpo'",
+                   "algorithm.grae_scale: 'batch_std' -> 'group_std'", "model.dtype: 'float32' -> 'float64'",
+                   "env.options.problem_seed: 0 -> 3"):
+        assert change in text, change
+
+
+def test_a_saved_config_without_newer_sections_compares_with_their_defaults():
+    saved = load_train_config(None, ["steps=4"]).to_dict()
+    del saved["limits"]  # a run saved before the section existed
+    assert resume_changes(saved, load_train_config(None, ["steps=4"])) == {}
+    # a run of a modified preset saved under the preset's name resumes under the name that says what it is
+    cfg = load_train_config(None, ["steps=4", "algorithm.equal_budget=true"])
+    old = cfg.to_dict()
+    old["algorithm"]["name"] = "seeupo"
+    assert resume_changes(old, cfg) == {"algorithm.name": ("seeupo", "seeupo+equal_budget=true")}
+
+
+def test_the_saved_algorithm_says_what_ran_and_reads_back():
+    cfg = load_train_config(None, ["algorithm.preset=grpo", "algorithm.aggregation=seq_mean_token_sum", "algorithm.grae_scale=none"])
+    saved = cfg.to_dict()["algorithm"]
+    assert (saved["preset"], saved["name"]) == ("grpo", "grpo+grae_scale=none,aggregation=seq_mean_token_sum")
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    named = load_train_config(None, ["algorithm.preset=grpo", "algorithm.name=drgrpo", "algorithm.grae_scale=none"])
+    assert (named.algorithm.name, named.algorithm.preset) == ("drgrpo", "grpo")
+    assert TrainConfig.from_dict(named.to_dict()) == named
+    # the paper's settings and other hyperparameters are not a modification
+    assert load_train_config(None, ["algorithm.preset=grpo", "algorithm.group_size=4"]).algorithm.name == "grpo"

@@ -129,3 +129,84 @@ def test_example_configs_load():
         cfg = load_train_config(path)
         assert cfg.steps >= 1, path
         json.dumps(cfg.to_dict())
+
+
+def _hashes(folder):
+    import hashlib
+    from pathlib import Path
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_resume_refuses_another_config_and_logs_allowed_changes(tmp_path, capsys):
+    run = tmp_path / "run"
+    sets = [a for s in SMALL + ["steps=2", "checkpoint.every=1"] for a in ("--set", s)]
+    # --resume-if-possible on a folder that does not exist yet: a fresh run
+    assert main(["train", *sets, "--out", str(run), "--no-progress", "--resume-if-possible"]) == 0
+    capsys.readouterr()
+    before = _hashes(run)
+    config_text = (run / "config.yaml").read_text()
+    # a SeeUPO run resumed as GRPO, in float64, on another bridge problem: refused, nothing touched
+    for change, listed in [("algorithm.preset=grpo", "algorithm.preset: 'seeupo' -> 'grpo'"),
+                           ("model.dtype=float64", "model.dtype: 'float32' -> 'float64'"),
+                           ("env.options.problem_seed=5", "env.options.problem_seed: 0 -> 5")]:
+        assert main(["train", *sets, "--set", change, "--set", "steps=3", "--out", str(run), "--resume"]) == 2
+        err = _one_line(capsys)
+        assert listed in err and "steps" not in err.split(" (only")[0], err
+        assert _hashes(run) == before
+    # more steps and another checkpoint cadence may change: the run goes on, config.yaml stays, the change is logged
+    assert main(["train", *sets, "--set", "steps=3", "--set", "checkpoint.every=5", "--out", str(run), "--no-progress", "--resume"]) == 0
+    assert (run / "config.yaml").read_text() == config_text
+    log = [json.loads(line) for line in (run / "resume_log.jsonl").read_text().splitlines()]
+    assert len(log) == 1 and log[0]["resumed_from_step"] == 2
+    assert log[0]["changes"] == {"checkpoint.every": [1, 5], "steps": [2, 3]}
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+    # the library refuses the same way: Trainer.train(resume=True) with another algorithm
+    from seeupo.validation import InputError
+
+    other = Trainer(load_train_config(None, SMALL + ["steps=4", "checkpoint.every=1", "algorithm.preset=rloo", f"out_dir={run}"]))
+    with pytest.raises(InputError, match="algorithm.preset: 'seeupo' -> 'rloo'"):
+        other.train(resume=True)
+    assert (run / "config.yaml").read_text() == config_text and len((run / "resume_log.jsonl").read_text().splitlines()) == 1
+    # without --resume an existing run folder is refused
+    assert main(["train", *sets, "--out", str(run)]) == 2
+    assert "already holds a run; pass --resume" in _one_line(capsys)
+
+
+def test_resume_needs_a_checkpoint(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert main(["train", "--set", "steps=1", "--out", str(missing), "--resume"]) == 2
+    assert f"argument --resume: {missing} does not exist" in _one_line(capsys)
+    assert not missing.exists()  # the error comes before the folder is made
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["train", "--set", "steps=1", "--out", str(empty), "--resume"]) == 2
+    assert "holds no checkpoint" in _one_line(capsys) and not any(empty.iterdir())
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--out", str(empty), "--resume", "--resume-if-possible"])
+    assert exit_.value.code == 2 and "not allowed with argument --resume" in _one_line(capsys)
+
+
+def test_a_context_no_prompt_fits_is_one_line_before_the_warm_up(tmp_path, capsys):
+    start = time.perf_counter()
+    sets = [a for s in SMALL + ["steps=1", "rollout.max_context=10", "env.options.warmup_steps=100000"] for a in ("--set", s)]
+    assert main(["train", *sets, "--out", str(tmp_path / "run")]) == 2
+    err = _one_line(capsys)
+    assert "field 'config.rollout.max_context': 10 tokens: no prompt" in err
+    assert time.perf_counter() - start < 20  # 100000 warm-up steps would take far longer: refused before them
+
+
+def test_no_prompt_fits_at_rollout_is_the_same_one_line_error(tmp_path):
+    from seeupo.validation import InputError
+
+    trainer = Trainer(load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}"]))
+    trainer.cfg = load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}", "rollout.max_context=5"])
+    with pytest.raises(InputError) as err:
+        trainer.rollout(1)
+    assert err.value.field == "config.rollout.max_context"
