@@ -34,7 +34,7 @@ def _env_and_preset(folder: Path) -> tuple[str | None, str | None]:
         cfg = read_yaml(path)
     except Exception:  # an unreadable config: the run is still drawn, unnamed
         return None, None
-    return (cfg.get("env") or {}).get("name"), (cfg.get("algorithm") or {}).get("preset") or (cfg.get("algorithm") or {}).get("name")
+    return (cfg.get("env") or {}).get("name"), (cfg.get("algorithm") or {}).get("name") or (cfg.get("algorithm") or {}).get("preset")
 
 
 def read_run(folder: str | Path, label: str | None = None) -> dict[str, Any]:

@@ -127,6 +127,16 @@ def test_training_curves_reads_any_run_folder_and_skips_torn_lines(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 5_000
 
 
+def test_training_curves_label_a_run_by_what_ran(tmp_path):
+    """A modified preset is labelled by its saved ``algorithm.name``, not by the preset it started from."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "critic/score/mean": 0.5}) + "\n")
+    (run / "config.yaml").write_text("algorithm: {preset: grpo, name: 'grpo+grae_scale=none'}\nenv: {name: bfcl}\n")
+    got = read_run(run)
+    assert got["preset"] == "grpo+grae_scale=none" and "grpo+grae_scale=none" in got["label"]
+
+
 def test_cli_figures_unknown_name_missing_runs_and_plot_only(tmp_path, capsys):
     assert main(["figures", "table1", "nosuch", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
