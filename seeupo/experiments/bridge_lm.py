@@ -390,6 +390,7 @@ GRID_LABELS = ("seeupo", "seeupo-equal_budget", "grpo")
 VARIANTS = ("m_refresh", "equal_budget")
 COLLAPSE_J = 0.05  # a run collapses when the exact J falls below this after some step
 DROP_J = 0.1  # a one-step drop: J_(k-1) - J_k above this
+FORMAT_LOST = 0.5  # a collapse is the format being lost when a valid first answer is less likely than this
 POOL_MAX_LR = 3e-3  # the pooled comparison takes every lr up to this one (where no preset collapses often)
 MAX_GRID_SEEDS = 10_000
 
@@ -502,6 +503,7 @@ def summarise_grid(runs: list[dict[str, Any]], method: str = "wilson", reference
                      "J_final_mean": statistics.fmean(o["J_final"] for o in outs),
                      "J_final_median": statistics.median(o["J_final"] for o in outs),
                      "valid_prob_initial_mean": statistics.fmean(o["valid_prob_initial"] for o in outs),
+                     "collapses_format_lost": sum(o["valid_prob_at_J_min"] < FORMAT_LOST for o in collapsed),
                      "valid_prob_at_collapse_max": max((o["valid_prob_at_J_min"] for o in collapsed), default=None)})
 
     def counts(rows_: list[dict[str, Any]], event: str) -> tuple[int, int]:
@@ -527,7 +529,8 @@ def summarise_grid(runs: list[dict[str, Any]], method: str = "wilson", reference
                 tests.append({"group": name, "lrs": group, "event": event, "a": reference, "b": other,
                               "a_k": k1, "a_n": n1, "b_k": k2, "b_n": n2, "test": "Fisher exact, two-sided",
                               "p": fisher_two_sided(k1, n1, k2, n2)})
-    return {"settings": {"collapse_below_J": COLLAPSE_J, "drop_above": DROP_J, "interval": method, "confidence": 0.95,
+    return {"settings": {"collapse_below_J": COLLAPSE_J, "drop_above": DROP_J, "format_lost_below": FORMAT_LOST,
+                         "interval": method, "confidence": 0.95,
                          "pool_max_lr": POOL_MAX_LR, "reference": reference},
             "cells": rows, "tests": tests}
 
@@ -547,15 +550,16 @@ def render_grid_markdown(summary: dict[str, Any], runs_setting: str) -> str:
         f"*Collapse*: the exact J falls below {st['collapse_below_J']:g} after some step. *Drop*: some step lowers "
         f"the exact J by more than {st['drop_above']:g}. Rates are k/n runs with a {round(100 * st['confidence'])}% "
         f"{st['interval'].replace('_', '-').title()} interval. `valid p at collapse` is the largest, over the collapsed "
-        "runs, of the probability of a well-formatted first answer at the run's lowest J (computed exactly, as J).",
+        "runs, of the probability of a well-formatted first answer at the run's lowest J (computed exactly, as J); "
+        f"`format lost` counts the collapses where that probability is below {FORMAT_LOST:g}.",
         "",
-        "| lr | preset | runs | collapse | one-step drop | mean final J | valid p initial | valid p at collapse (max) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| lr | preset | runs | collapse | one-step drop | mean final J | valid p initial | format lost / collapses | valid p at collapse (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in summary["cells"]:
         lines.append(f"| {c['lr']:g} | {c['label']} | {len(c['seeds'])} | {format_rate(c['collapse'])} | "
                      f"{format_rate(c['drop'])} | {c['J_final_mean']:.3f} | {c['valid_prob_initial_mean']:.3f} | "
-                     f"{_f(c['valid_prob_at_collapse_max'], 3)} |")
+                     f"{c['collapses_format_lost']}/{c['collapse']['k']} | {_f(c['valid_prob_at_collapse_max'], 3)} |")
     lines += ["", f"Fisher's exact test, two-sided, of `{st['reference']}` against each other preset, per lr and "
               f"pooled over every lr up to {st['pool_max_lr']:g}; p-values are not adjusted for the number of tests "
               f"({len(summary['tests'])} here).", "",

@@ -116,6 +116,10 @@ def test_summarise_grid_counts_and_tests_by_hand():
     assert (cells[(3e-3, "seeupo")]["collapse"]["k"], cells[(3e-3, "seeupo")]["collapse"]["n"]) == (3, 20)
     assert cells[(3e-3, "seeupo")]["drop"]["k"] == 3 and cells[(3e-3, "grpo")]["collapse"]["k"] == 0
     assert cells[(3e-3, "seeupo")]["valid_prob_at_collapse_max"] == 0.99 and cells[(3e-3, "grpo")]["valid_prob_at_collapse_max"] is None
+    assert cells[(3e-3, "seeupo")]["collapses_format_lost"] == 0 and cells[(1e-3, "grpo")]["collapses_format_lost"] == 0
+    lost = bridge_lm.summarise_grid([_run("grpo", 1e-3, 0, [0.4, 0.01, 0.9], [0.99, 0.2, 0.99]),
+                                     _run("grpo", 1e-3, 1, [0.4, 0.01, 0.9], [0.99, 0.7, 0.99])])
+    assert lost["cells"][0]["collapses_format_lost"] == 1 and lost["cells"][0]["valid_prob_at_collapse_max"] == 0.7
     tests = {(t["group"], t["event"]): t for t in summary["tests"]}
     t = tests[("lr 0.003", "collapse")]
     assert (t["a"], t["b"], t["a_k"], t["a_n"], t["b_k"], t["b_n"]) == ("seeupo", "grpo", 3, 20, 0, 20)
