@@ -498,6 +498,8 @@ def summarise_grid(runs: list[dict[str, Any]], method: str = "wilson", reference
     for (lr, label), outs in sorted(cells.items()):
         collapsed = [o for o in outs if o["collapse"]]
         rows.append({"lr": lr, "label": label, "seeds": sorted(o["seed"] for o in outs),
+                     "collapse_seeds": sorted(o["seed"] for o in collapsed),
+                     "drop_seeds": sorted(o["seed"] for o in outs if o["drop"]),
                      "collapse": rate(sum(o["collapse"] for o in outs), len(outs), method),
                      "drop": rate(sum(o["drop"] for o in outs), len(outs), method),
                      "J_final_mean": statistics.fmean(o["J_final"] for o in outs),
@@ -571,7 +573,8 @@ def render_grid_markdown(summary: dict[str, Any], runs_setting: str) -> str:
 
 
 def write_grid_tables(out: Path, tables_dir: Path, note: str = "") -> dict[str, Any]:
-    """``grid.json`` (cells, tests, settings; no per-step data) and ``grid.md`` from the runs under ``out``."""
+    """``grid.json`` (cells with their collapsed and dropped seeds, tests, settings; no per-run data: that stays in
+    ``out``) and ``grid.md`` from the runs under ``out``."""
     runs = read_grid(out)
     if not runs:
         raise FileNotFoundError(f"no finished grid runs under {out}")
@@ -584,7 +587,6 @@ def write_grid_tables(out: Path, tables_dir: Path, note: str = "") -> dict[str, 
                "with the learning rate of the RL steps and the seeds varied.")
     summary["settings"] |= {"bridge": base.bridge, "steps": m.steps, "epochs": base.epochs, "kl_coef": base.kl_coef,
                             "temperature": base.temperature, "warmup_steps": m.warmup_steps, "warmup_lr": m.warmup_lr}
-    summary["runs"] = [{"lr": r["lr"], "label": r["label"], "seed": r["seed"]} | run_outcomes(r) for r in runs]
     tables_dir.mkdir(parents=True, exist_ok=True)
     (tables_dir / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
     md = render_grid_markdown(summary, setting)
