@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 PRESETS = ("ppo", "grpo", "gspo", "rloo", "reinforce_pp", "seeupo")
+VARIANTS = ("m_refresh", "equal_budget")  # SeeUPO's variants: algorithm.<variant>=true
 DEFAULT_TABLES = Path("paper_repro/bridge_lm")
 DECREASE_TOL = 1e-6  # a step lowers J when J_k < J_{k-1} - tol (J is exact up to float32 scoring)
 
@@ -71,7 +72,7 @@ class ModelSetting:
 class Sweep:
     models: tuple[ModelSetting, ...]
     presets: tuple[str, ...] = PRESETS
-    seeupo_variants: tuple[str, ...] = ("m_refresh", "equal_budget")
+    seeupo_variants: tuple[str, ...] = VARIANTS
     epochs: int = 2
     kl_coef: float = 0.002
     temperature: float = 0.9
@@ -387,7 +388,6 @@ def write_tables(sweep: Sweep, out: Path, tables_dir: Path, note: str = "",
 # 3/20 from 0/20. The grid trains the tiny model's setting at several learning rates and many
 # seeds per (preset, lr) cell and reports rates with confidence intervals and Fisher's exact test.
 GRID_LABELS = ("seeupo", "seeupo-equal_budget", "grpo")
-VARIANTS = ("m_refresh", "equal_budget")
 COLLAPSE_J = 0.05  # a run collapses when the exact J falls below this after some step
 DROP_J = 0.1  # a one-step drop: J_(k-1) - J_k above this
 FORMAT_LOST = 0.5  # a collapse is the format being lost when a valid first answer is less likely than this
@@ -610,23 +610,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="train the tiny model's setting at each --lr with --seeds seeds per preset label; one JSON line "
                         "per finished run in OUT/lr<lr>.jsonl (a re-invocation skips finished runs); grid.json/.md in TABLES")
     g.add_argument("--lr", nargs="+", type=float, default=None, help="learning rates of the RL steps (default: the setting's 3e-3)")
-    g.add_argument("--seeds", type=int, default=20, help="seeds per cell: 0..N-1 (default 20)")
-    g.add_argument("--labels", nargs="+", default=list(GRID_LABELS),
+    g.add_argument("--seeds", type=int, default=None, help="seeds per cell: 0..N-1 (default 20)")
+    g.add_argument("--labels", nargs="+", default=None,
                    help=f"preset labels (preset or seeupo-<variant>; default {' '.join(GRID_LABELS)})")
     args = p.parse_args(argv)
-    problem = _grid_arg_problem(args, argv)
+    problem = _grid_arg_problem(args)
     if problem:
         print(f"{p.prog}: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     return args
 
 
-def _grid_arg_problem(args: argparse.Namespace, argv: list[str] | None) -> str | None:
-    """The first problem with the grid's arguments, or None (checked before any training)."""
-    given = set(sys.argv[1:] if argv is None else argv)
+def _grid_arg_problem(args: argparse.Namespace) -> str | None:
+    """The first problem with the grid's arguments, or None (checked before any training); fills the grid's defaults."""
     if not args.grid:
-        used = [flag for flag in ("--lr", "--seeds", "--labels") if flag in given]
+        used = [flag for flag, value in (("--lr", args.lr), ("--seeds", args.seeds), ("--labels", args.labels)) if value is not None]
         return f"{used[0]} needs --grid" if used else None
+    args.seeds = 20 if args.seeds is None else args.seeds
+    args.labels = list(GRID_LABELS) if args.labels is None else args.labels
     if args.quick or args.ablations or args.models or args.presets:
         return "--grid takes --lr, --seeds and --labels, not --quick, --ablations, --models or --presets"
     for lr in args.lr or []:
@@ -650,6 +651,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.grid:
         out = Path(args.out or "results/bridge_grid")
         lrs = args.lr or [full_sweep().models[0].lr]
+        if args.tables_only and not read_grid(out):
+            print(f"python -m seeupo.experiments.bridge_lm: error: --tables-only: no finished grid runs under {out}", file=sys.stderr)
+            raise SystemExit(2)
         if not args.tables_only:
             run_grid(grid_specs(lrs, args.seeds, list(dict.fromkeys(args.labels))), full_sweep(), out)
         return write_grid_tables(out, Path(args.tables) if args.tables else DEFAULT_TABLES, args.note)

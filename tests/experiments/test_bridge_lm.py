@@ -137,6 +137,8 @@ def test_summarise_grid_counts_and_tests_by_hand():
     (["--grid", "--labels", "seeupo-nope"], "unknown preset label 'seeupo-nope'"),
     (["--grid", "--labels", "grpo-equal_budget"], "unknown preset label"),
     (["--grid", "--quick"], "--grid takes"),
+    (["--seeds=3"], "--seeds needs --grid"),
+    (["--grid", "--tables-only"], "no finished grid runs"),
 ])
 def test_grid_arguments_are_checked_before_training(argv, needle, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
