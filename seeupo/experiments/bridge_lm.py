@@ -22,6 +22,12 @@ Usage::
 
     python -m seeupo.experiments.bridge_lm --out results/bridge_lm            # the full sweep
     python -m seeupo.experiments.bridge_lm --quick --out /tmp/bridge_lm_quick  # 1 preset, tiny model, 2 steps
+    python -m seeupo.experiments.bridge_lm --grid --lr 1e-3 3e-3 --seeds 20    # rates over seeds (grid.json/.md)
+
+The grid (``--grid``) is the statistics behind the claims: the tiny model's setting at each learning
+rate with many seeds per preset; per (preset, lr) cell the rate of runs that collapse (exact J below
+``COLLAPSE_J``) and of runs with a one-step drop above ``DROP_J``, each with a 95% interval, and
+Fisher's exact test between presets (:mod:`seeupo.experiments.stats`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 PRESETS = ("ppo", "grpo", "gspo", "rloo", "reinforce_pp", "seeupo")
+VARIANTS = ("m_refresh", "equal_budget")  # SeeUPO's variants: algorithm.<variant>=true
 DEFAULT_TABLES = Path("paper_repro/bridge_lm")
 DECREASE_TOL = 1e-6  # a step lowers J when J_k < J_{k-1} - tol (J is exact up to float32 scoring)
 
@@ -65,7 +72,7 @@ class ModelSetting:
 class Sweep:
     models: tuple[ModelSetting, ...]
     presets: tuple[str, ...] = PRESETS
-    seeupo_variants: tuple[str, ...] = ("m_refresh", "equal_budget")
+    seeupo_variants: tuple[str, ...] = VARIANTS
     epochs: int = 2
     kl_coef: float = 0.002
     temperature: float = 0.9
@@ -202,21 +209,28 @@ def _warmed_model(spec: RunSpec, sweep: Sweep):
     return model, tokenizer, loglik
 
 
-def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
-    """Train one run (no checkpoints); metrics.jsonl gets step 0 (initial J) then every step."""
+def _trainer(spec: RunSpec, sweep: Sweep, out: Path):
+    """The trainer of one run, started from the seed's warmed model; and the warm-up's log-likelihood."""
     import torch
 
-    from seeupo.llm.metrics import MetricsLogger
     from seeupo.llm.trainer import Trainer
+
+    torch.manual_seed(spec.seed)
+    model, tokenizer, warmup_loglik = _warmed_model(spec, sweep)
+    cfg = train_config(spec, sweep, out, warmup_done=True)
+    return Trainer(cfg, model=model, tokenizer=tokenizer), warmup_loglik
+
+
+def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
+    """Train one run (no checkpoints); metrics.jsonl gets step 0 (initial J) then every step."""
+    from seeupo.llm.metrics import MetricsLogger
 
     folder = spec.folder(out)
     if is_complete(folder, spec.model.steps):
         log(f"skip {folder} (complete)")
         return folder
-    torch.manual_seed(spec.seed)
-    model, tokenizer, warmup_loglik = _warmed_model(spec, sweep)
-    cfg = train_config(spec, sweep, out, warmup_done=True)
-    trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
+    trainer, warmup_loglik = _trainer(spec, sweep, out)
+    cfg = trainer.cfg
     folder.mkdir(parents=True, exist_ok=True)
     # the config as run; the format warm-up (env.options.warmup_*) ran before, once per seed
     record = cfg.to_dict()
@@ -368,10 +382,222 @@ def write_tables(sweep: Sweep, out: Path, tables_dir: Path, note: str = "",
     return tables
 
 
+# ------------------------------------------------------------------------------ the seed grid
+
+# Statistics over many seeds (issue 16 §6): three seeds per preset cannot tell a collapse rate of
+# 3/20 from 0/20. The grid trains the tiny model's setting at several learning rates and many
+# seeds per (preset, lr) cell and reports rates with confidence intervals and Fisher's exact test.
+GRID_LABELS = ("seeupo", "seeupo-equal_budget", "grpo")
+COLLAPSE_J = 0.05  # a run collapses when the exact J falls below this after some step
+DROP_J = 0.1  # a one-step drop: J_(k-1) - J_k above this
+FORMAT_LOST = 0.5  # a collapse is the format being lost when a valid first answer is less likely than this
+POOL_MAX_LR = 3e-3  # the pooled comparison takes every lr up to this one (where no preset collapses often)
+MAX_GRID_SEEDS = 10_000
+
+
+def parse_label(label: str) -> tuple[str, str]:
+    """``"seeupo-equal_budget"`` -> ``("seeupo", "equal_budget")``; ValueError for an unknown label."""
+    preset, _, variant = label.partition("-")
+    if preset not in PRESETS or (variant and (preset != "seeupo" or variant not in VARIANTS)):
+        known = [*PRESETS, *(f"seeupo-{v}" for v in VARIANTS)]
+        raise ValueError(f"unknown preset label {label!r}; choose from {', '.join(known)}")
+    return preset, variant
+
+
+def grid_specs(lrs: list[float], seeds: int, labels: list[str], base: ModelSetting | None = None) -> list[RunSpec]:
+    """Every run of the grid, lr by lr, then seed by seed, then label: an interrupted grid has its
+    cells of one lr filled evenly, and the seed's warm-up (shared by all runs of a seed) is reused."""
+    base = base or full_sweep().models[0]
+    out = []
+    for lr in lrs:
+        model = dataclasses.replace(base, lr=lr, seeds=tuple(range(seeds)))
+        for seed in range(seeds):
+            for label in labels:
+                preset, variant = parse_label(label)
+                out.append(RunSpec(model, preset, variant, seed))
+    return out
+
+
+def grid_file(out: Path, lr: float) -> Path:
+    """One JSONL file per lr, so that grids of disjoint lrs can run in parallel into one folder."""
+    return out / f"lr{lr:g}.jsonl"
+
+
+def _run_key(r: dict[str, Any]) -> tuple[str, str, float, int, int]:
+    return (r["model"], r["label"], float(r["lr"]), int(r["seed"]), int(r["steps"]))
+
+
+def read_grid(out: Path) -> list[dict[str, Any]]:
+    """Every finished run recorded under ``out`` (a line cut by a crash is ignored; the first of duplicates wins)."""
+    runs: dict[tuple, dict[str, Any]] = {}
+    for path in sorted(out.glob("lr*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            runs.setdefault(_run_key(r), r)
+    return list(runs.values())
+
+
+def grid_run(spec: RunSpec, sweep: Sweep, scratch: Path) -> dict[str, Any]:
+    """Train one run; its record: the exact J and the probability of a valid first answer after
+    every step (index 0: before training), and the logged KL term per step."""
+    start = time.perf_counter()
+    trainer, _ = _trainer(spec, sweep, scratch)
+    initial = trainer.env.metrics(trainer.policy)
+    J, valid, kl = [initial["bridge/J"]], [initial["bridge/valid_prob_turn0"]], [None]
+    for _ in range(spec.model.steps):
+        m = trainer.step()
+        J.append(m["bridge/J"])
+        valid.append(m["bridge/valid_prob_turn0"])
+        kl.append(m.get("actor/kl_loss"))
+    return {"model": spec.model.name, "label": spec.label, "preset": spec.preset, "variant": spec.variant,
+            "lr": spec.model.lr, "seed": spec.seed, "steps": spec.model.steps, "J_star": initial["bridge/J_star"],
+            "J": J, "valid_prob_turn0": valid, "actor/kl_loss": kl, "seconds": time.perf_counter() - start}
+
+
+def run_grid(specs: list[RunSpec], sweep: Sweep, out: Path, log=print) -> None:
+    """Train the runs of ``specs`` not yet recorded under ``out``; each finished run is appended
+    (flushed and synced) as one line, so a crash loses at most the run in progress."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = {_run_key(r) for r in read_grid(out)}
+    for spec in specs:
+        key = (spec.model.name, spec.label, float(spec.model.lr), spec.seed, spec.model.steps)
+        if key in done:
+            continue
+        record = grid_run(spec, sweep, out / "scratch")
+        with grid_file(out, spec.model.lr).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        done.add(key)
+        log(f"lr {spec.model.lr:g} {spec.label} seed{spec.seed}: J min {min(record['J']):.4f} final {record['J'][-1]:.4f} "
+            f"({record['seconds']:.0f} s, load {os.getloadavg()[0]:.2f})")
+
+
+def run_outcomes(r: dict[str, Any]) -> dict[str, Any]:
+    """Per-run events: collapse (J below COLLAPSE_J after some step) and a one-step drop above DROP_J."""
+    J, valid = r["J"], r["valid_prob_turn0"]
+    drops = [a - b for a, b in zip(J, J[1:])]
+    k_min = min(range(1, len(J)), key=J.__getitem__) if len(J) > 1 else 0
+    return {"collapse": min(J[1:], default=J[0]) < COLLAPSE_J, "drop": max(drops, default=0.0) > DROP_J,
+            "J_min": J[k_min], "largest_drop": max(drops, default=0.0), "J_final": J[-1],
+            "valid_prob_at_J_min": valid[k_min], "valid_prob_initial": valid[0]}
+
+
+def summarise_grid(runs: list[dict[str, Any]], method: str = "wilson", reference: str = "seeupo") -> dict[str, Any]:
+    """Per (lr, label) cell: rates of collapse and of a one-step drop with intervals; Fisher's exact
+    test (two-sided) of ``reference`` against every other label, per lr and pooled over lr <= POOL_MAX_LR."""
+    from seeupo.experiments.stats import fisher_two_sided, rate
+
+    cells: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        cells.setdefault((float(r["lr"]), r["label"]), []).append(run_outcomes(r) | {"seed": r["seed"]})
+    rows = []
+    for (lr, label), outs in sorted(cells.items()):
+        collapsed = [o for o in outs if o["collapse"]]
+        rows.append({"lr": lr, "label": label, "seeds": sorted(o["seed"] for o in outs),
+                     "collapse_seeds": sorted(o["seed"] for o in collapsed),
+                     "drop_seeds": sorted(o["seed"] for o in outs if o["drop"]),
+                     "collapse": rate(sum(o["collapse"] for o in outs), len(outs), method),
+                     "drop": rate(sum(o["drop"] for o in outs), len(outs), method),
+                     "J_final_mean": statistics.fmean(o["J_final"] for o in outs),
+                     "J_final_median": statistics.median(o["J_final"] for o in outs),
+                     "valid_prob_initial_mean": statistics.fmean(o["valid_prob_initial"] for o in outs),
+                     "collapses_format_lost": sum(o["valid_prob_at_J_min"] < FORMAT_LOST for o in collapsed),
+                     "valid_prob_at_collapse_max": max((o["valid_prob_at_J_min"] for o in collapsed), default=None)})
+
+    def counts(rows_: list[dict[str, Any]], event: str) -> tuple[int, int]:
+        return sum(x[event]["k"] for x in rows_), sum(x[event]["n"] for x in rows_)
+
+    tests = []
+    lrs = sorted({lr for lr, _ in cells})
+    labels = sorted({label for _, label in cells}, key=lambda x: (x != reference, x))
+    groups = [(f"lr {lr:g}", [lr]) for lr in lrs]
+    pooled = [lr for lr in lrs if lr <= POOL_MAX_LR]
+    if len(pooled) > 1:
+        groups.append((f"pooled lr {pooled[0]:g}..{pooled[-1]:g}", pooled))
+    for name, group in groups:
+        for other in labels:
+            if other == reference:
+                continue
+            for event in ("collapse", "drop"):
+                a = [x for x in rows if x["lr"] in group and x["label"] == reference]
+                b = [x for x in rows if x["lr"] in group and x["label"] == other]
+                if not a or not b:
+                    continue
+                (k1, n1), (k2, n2) = counts(a, event), counts(b, event)
+                tests.append({"group": name, "lrs": group, "event": event, "a": reference, "b": other,
+                              "a_k": k1, "a_n": n1, "b_k": k2, "b_n": n2, "test": "Fisher exact, two-sided",
+                              "p": fisher_two_sided(k1, n1, k2, n2)})
+    return {"settings": {"collapse_below_J": COLLAPSE_J, "drop_above": DROP_J, "format_lost_below": FORMAT_LOST,
+                         "interval": method, "confidence": 0.95,
+                         "pool_max_lr": POOL_MAX_LR, "reference": reference},
+            "cells": rows, "tests": tests}
+
+
+def render_grid_markdown(summary: dict[str, Any], runs_setting: str) -> str:
+    from seeupo.experiments.stats import format_rate
+
+    st = summary["settings"]
+    lines = [
+        "# The bridge over seeds and learning rates: collapse and drop rates",
+        "",
+        "Generated by `python -m seeupo.experiments.bridge_lm --grid` (the per-run records stay in the output "
+        "folder; this summary is `grid.json`).",
+        "",
+        runs_setting,
+        "",
+        f"*Collapse*: the exact J falls below {st['collapse_below_J']:g} after some step. *Drop*: some step lowers "
+        f"the exact J by more than {st['drop_above']:g}. Rates are k/n runs with a {round(100 * st['confidence'])}% "
+        f"{st['interval'].replace('_', '-').title()} interval. `valid p at collapse` is the largest, over the collapsed "
+        "runs, of the probability of a well-formatted first answer at the run's lowest J (computed exactly, as J); "
+        f"`format lost` counts the collapses where that probability is below {FORMAT_LOST:g}.",
+        "",
+        "| lr | preset | runs | collapse | one-step drop | mean final J | valid p initial | format lost / collapses | valid p at collapse (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in summary["cells"]:
+        lines.append(f"| {c['lr']:g} | {c['label']} | {len(c['seeds'])} | {format_rate(c['collapse'])} | "
+                     f"{format_rate(c['drop'])} | {c['J_final_mean']:.3f} | {c['valid_prob_initial_mean']:.3f} | "
+                     f"{c['collapses_format_lost']}/{c['collapse']['k']} | {_f(c['valid_prob_at_collapse_max'], 3)} |")
+    lines += ["", f"Fisher's exact test, two-sided, of `{st['reference']}` against each other preset, per lr and "
+              f"pooled over every lr up to {st['pool_max_lr']:g}; p-values are not adjusted for the number of tests "
+              f"({len(summary['tests'])} here).", "",
+              "| group | event | a | b | a: k/n | b: k/n | p |", "|---|---|---|---|---|---|---|"]
+    for t in summary["tests"]:
+        lines.append(f"| {t['group']} | {t['event']} | {t['a']} | {t['b']} | {t['a_k']}/{t['a_n']} | "
+                     f"{t['b_k']}/{t['b_n']} | {t['p']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_grid_tables(out: Path, tables_dir: Path, note: str = "") -> dict[str, Any]:
+    """``grid.json`` (cells with their collapsed and dropped seeds, tests, settings; no per-run data: that stays in
+    ``out``) and ``grid.md`` from the runs under ``out``."""
+    runs = read_grid(out)
+    if not runs:
+        raise FileNotFoundError(f"no finished grid runs under {out}")
+    summary = summarise_grid(runs)
+    base = full_sweep()
+    m = base.models[0]
+    setting = (f"Setting: the tiny model's runs of `results.md` (bridge `{json.dumps(base.bridge)}`, {m.steps} steps, "
+               f"{m.tasks_per_step} x {m.group_size} rollouts per step, epochs {base.epochs}, k3 KL {base.kl_coef}, "
+               f"temperature {base.temperature}, format warm-up {m.warmup_steps} steps at lr {m.warmup_lr:g}), "
+               "with the learning rate of the RL steps and the seeds varied.")
+    summary["settings"] |= {"bridge": base.bridge, "steps": m.steps, "epochs": base.epochs, "kl_coef": base.kl_coef,
+                            "temperature": base.temperature, "warmup_steps": m.warmup_steps, "warmup_lr": m.warmup_lr}
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    (tables_dir / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
+    md = render_grid_markdown(summary, setting)
+    (tables_dir / "grid.md").write_text(md + (("\n" + note.strip() + "\n") if note else ""))
+    return summary
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m seeupo.experiments.bridge_lm", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smallest configuration: seeupo, tiny model, 2 steps")
-    p.add_argument("--out", default="results/bridge_lm", help="per-run folders (not committed)")
+    p.add_argument("--out", default=None, help="per-run folders, not committed (default results/bridge_lm; --grid: results/bridge_grid)")
     p.add_argument("--tables", default=None, help=f"where results.json/.md go (default {DEFAULT_TABLES}; --quick: OUT)")
     p.add_argument("--models", nargs="*", default=None, help="only these models (names as in the sweep)")
     p.add_argument("--presets", nargs="*", default=None, help="only these presets, in this order")
@@ -379,7 +605,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--note", default="", help="text appended to results.md")
     p.add_argument("--ablations", nargs="*", default=None,
                    help=f"ablation sweeps to run after the main one (default: all of {sorted(ABLATIONS)}; none with --quick)")
-    return p.parse_args(argv)
+    g = p.add_argument_group("seed grid (--grid): rates over many seeds per (preset, lr) cell, with intervals and tests")
+    g.add_argument("--grid", action="store_true",
+                   help="train the tiny model's setting at each --lr with --seeds seeds per preset label; one JSON line "
+                        "per finished run in OUT/lr<lr>.jsonl (a re-invocation skips finished runs); grid.json/.md in TABLES")
+    g.add_argument("--lr", nargs="+", type=float, default=None, help="learning rates of the RL steps (default: the setting's 3e-3)")
+    g.add_argument("--seeds", type=int, default=None, help="seeds per cell: 0..N-1 (default 20)")
+    g.add_argument("--labels", nargs="+", default=None,
+                   help=f"preset labels (preset or seeupo-<variant>; default {' '.join(GRID_LABELS)})")
+    args = p.parse_args(argv)
+    problem = _grid_arg_problem(args)
+    if problem:
+        print(f"{p.prog}: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return args
+
+
+def _grid_arg_problem(args: argparse.Namespace) -> str | None:
+    """The first problem with the grid's arguments, or None (checked before any training); fills the grid's defaults."""
+    if not args.grid:
+        used = [flag for flag, value in (("--lr", args.lr), ("--seeds", args.seeds), ("--labels", args.labels)) if value is not None]
+        return f"{used[0]} needs --grid" if used else None
+    args.seeds = 20 if args.seeds is None else args.seeds
+    args.labels = list(GRID_LABELS) if args.labels is None else args.labels
+    if args.quick or args.ablations or args.models or args.presets:
+        return "--grid takes --lr, --seeds and --labels, not --quick, --ablations, --models or --presets"
+    for lr in args.lr or []:
+        if not (math.isfinite(lr) and 0 < lr <= 1):
+            return f"--lr must lie in (0, 1], got {lr!r}"
+    if not 1 <= args.seeds <= MAX_GRID_SEEDS:
+        return f"--seeds must lie in 1..{MAX_GRID_SEEDS}, got {args.seeds}"
+    for label in args.labels:
+        try:
+            parse_label(label)
+        except ValueError as err:
+            return f"--labels: {err}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -387,8 +648,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = parse_args(argv)
     torch.set_num_threads(1)
+    if args.grid:
+        out = Path(args.out or "results/bridge_grid")
+        lrs = args.lr or [full_sweep().models[0].lr]
+        if args.tables_only and not read_grid(out):
+            print(f"python -m seeupo.experiments.bridge_lm: error: --tables-only: no finished grid runs under {out}", file=sys.stderr)
+            raise SystemExit(2)
+        if not args.tables_only:
+            run_grid(grid_specs(lrs, args.seeds, list(dict.fromkeys(args.labels))), full_sweep(), out)
+        return write_grid_tables(out, Path(args.tables) if args.tables else DEFAULT_TABLES, args.note)
     sweep = quick_sweep() if args.quick else full_sweep()
-    out = Path(args.out)
+    out = Path(args.out or "results/bridge_lm")
     tables_dir = Path(args.tables) if args.tables else (out if args.quick else DEFAULT_TABLES)
     ablations = [] if args.quick else (sorted(ABLATIONS) if args.ablations is None else args.ablations)
     if not args.tables_only:
