@@ -1,4 +1,6 @@
-"""Hostile input to ``seeupo train`` (issue 16): a mutated valid config, a bad ``--set``, a wrong run
+"""Hostile input to ``seeupo train`` and ``seeupo eval`` (issue 16).
+
+``seeupo train``: a mutated valid config, a bad ``--set``, a wrong run
 folder or a resume with a changed config must give exit code 2 and exactly one stderr line
 naming the key (or the flag), never a traceback, a hang or a silent acceptance, and must leave
 every file of an earlier run folder as it was.
@@ -252,3 +254,130 @@ def test_resume_of_a_changed_run_in_a_subprocess_lists_every_change(earlier_run,
     assert {"algorithm.preset", "algorithm.grae_scale", "model.dtype"} <= set(listed), err
     assert "steps" not in listed and "algorithm.name" not in listed, err
     assert _hashes(run) == before
+
+
+# ---- seeupo eval ------------------------------------------------------------
+# Hostile input to ``seeupo eval`` (issue 16): a mutated valid config, a bad flag or a wrong output,
+# resume or checkpoint folder must give exit code 2 and exactly one stderr line naming the key (or
+# the flag) — before any model loads, so within seconds — and must leave every file of an earlier
+# evaluation as it was.
+#
+# The valid configs are the tiny-bridge demo and the shipped BFCL evaluation config; each example
+# applies one mutation that always makes them invalid (the config mutations of
+# the train section above, minus the training-only checks such as ``top_p < 1``), or one of the
+# folder cases: ``--out`` an earlier evaluation's folder without ``--resume``/``--overwrite``,
+# ``--resume`` where there is nothing to resume, ``--resume`` with ``--overwrite``, ``--resume`` of
+# the earlier evaluation with another ``--k``/``--max-tasks``/``--batch``/sampling setting, and
+# ``--checkpoint`` a folder without a checkpoint.
+
+CONFIGS = {"bridge": REPO / "configs" / "bridge_tiny_seeupo.yaml", "bfcl": REPO / "configs" / "bfcl_smollm2_eval.yaml"}
+EVAL_BASES = {name: yaml.safe_load(path.read_text()) for name, path in CONFIGS.items()}
+# the earlier evaluation every example must leave untouched (tiny bridge, one task, k = 1)
+EVAL_SMALL = ["env.options.warmup_steps=2", "env.options.num_tasks=2"]
+EVAL_EARLIER_FLAGS = ["--k", "1", "--max-tasks", "1"]
+EVAL_CROSS = {
+    "bridge": [
+        (["rollout.max_turns=1"], "config.rollout.max_turns"),
+        (["env.name=atari"], "config.env.name"),
+        (["algorithm.preset=drgrpo"], "config.algorithm.preset"),
+        (["optim.micro_batch_tokens=1"], "config.optim.micro_batch_tokens"),
+    ],
+    "bfcl": [
+        (["env.options.categories=[multi_turn_nope]"], "config.env.options"),
+        (["env.options.split=random"], "config.env.options.split"),
+        (["env.options.subset=validation"], "config.env.options.subset"),
+    ],
+}
+# (flags of a resume of the earlier evaluation, a word the refusal must name)
+EVAL_CHANGED_RESUME = [(["--k", "2", "--max-tasks", "1"], "k"), (["--k", "1", "--max-tasks", "2"], "max"),
+                  (["--k", "1", "--max-tasks", "1", "--batch", "2"], "batch"),
+                  (["--k", "1", "--max-tasks", "1", "--set", "rollout.temperature=0.5"], "temperature")]
+
+
+@st.composite
+def hostile_eval_calls(draw):
+    """``(base, config dict or None, extra argv, key the line must name, folder case)``."""
+    base = draw(st.sampled_from(sorted(EVAL_BASES)))
+    doc = copy.deepcopy(EVAL_BASES[base])
+    leaves = [(p, v) for p, v in _leaves(doc) if p != ("out_dir",)]
+    mutation = draw(st.sampled_from(["type", "number", "null", "extra", "cross", "folder", "folder"]))
+    if mutation == "type":
+        path, value = draw(st.sampled_from(leaves))
+        _set(doc, path, [1, 2] if isinstance(value, dict) else {"zz": 1})
+        return base, doc, [], _key(path), None
+    if mutation == "number":
+        path, _ = draw(st.sampled_from([(p, v) for p, v in leaves if type(v) in (int, float)]))
+        _set(doc, path, draw(st.sampled_from([-1, 10**30, float("nan"), float("inf"), -float("inf")])))
+        return base, doc, [], _key(path), None
+    if mutation == "null":
+        path, _ = draw(st.sampled_from([(p, v) for p, v in leaves if p[-1] not in NULLABLE]))
+        _set(doc, path, None)
+        return base, doc, [], _key(path), None
+    if mutation == "extra":
+        sections = [()] + sorted({q[:i] for q, _ in _leaves(doc) for i in range(1, len(q))})
+        node = doc
+        for k in draw(st.sampled_from(sections)):
+            node = node[k]
+        node["zz_unknown"] = draw(st.sampled_from([0, "x", None, [1]]))
+        return base, doc, [], "zz_unknown", None
+    if mutation == "cross":
+        sets, key = draw(st.sampled_from(EVAL_CROSS[base]))
+        return base, None, [a for s in sets for a in ("--set", s)], key, None
+    folder = draw(st.sampled_from(["exists", "resume_missing", "resume_overwrite", "resume_changed", "checkpoint_missing"]))
+    if folder == "resume_changed":
+        flags, word = draw(st.sampled_from(EVAL_CHANGED_RESUME))
+        return "bridge", None, [*flags, "--resume"], word, folder
+    flags = {"exists": ["--k", "1"], "resume_missing": ["--resume"], "resume_overwrite": ["--resume", "--overwrite"],
+             "checkpoint_missing": ["--checkpoint", "NO_CHECKPOINT"]}[folder]
+    key = {"exists": "--out", "checkpoint_missing": "--checkpoint"}.get(folder, "--resume")
+    return "bridge", None, flags, key, folder
+
+
+@pytest.fixture(scope="module")
+def earlier_eval(tmp_path_factory):
+    """A finished evaluation of the tiny bridge (settings, episodes, summary)."""
+    out = tmp_path_factory.mktemp("earlier_eval") / "eval"
+    sets = [a for s in EVAL_SMALL for a in ("--set", s)]
+    assert main(["eval", str(CONFIGS["bridge"]), *sets, *EVAL_EARLIER_FLAGS, "--out", str(out), "--no-progress"]) == 0
+    assert (out / "episodes.jsonl").is_file() and (out / "summary.json").is_file()
+    return out, sets
+
+
+def _check_eval_refused(case, earlier_eval, tmp_path_factory, capsys) -> None:
+    base, doc, extra, key, folder = case
+    event(f"{base}: {folder or ('cross' if extra else 'file')}")
+    earlier, small = earlier_eval
+    before = _hashes(earlier)
+    work = tmp_path_factory.mktemp("hostile_eval")
+    config = CONFIGS[base]
+    if doc is not None:
+        config = work / "eval.yaml"
+        config.write_text(yaml.safe_dump(doc))
+    out = work / "out"
+    if folder == "checkpoint_missing":
+        (work / "NO_CHECKPOINT").mkdir()
+        extra = ["--checkpoint", str(work / "NO_CHECKPOINT")]
+    # the earlier evaluation's --set overrides only for the folder cases: on a mutated config they would mask the mutation
+    target = earlier if folder in ("exists", "resume_changed") else out
+    argv = ["eval", str(config), *(small if folder else []), *extra, "--out", str(target), "--no-progress"]
+    rc, stdout, err, elapsed = _call(argv, capsys)
+    assert rc == 2, (argv, rc, stdout, err)
+    assert "Traceback" not in err and err.count("\n") == 1 and err.startswith("seeupo eval: error: "), err
+    assert key in err, (key, err)
+    assert elapsed < SECONDS_PER_CALL, (argv, elapsed)
+    assert _hashes(earlier) == before  # the earlier evaluation is exactly as it was
+    assert not out.exists() or not any(out.iterdir())  # nothing written for the refused evaluation
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < PEAK_RSS_BYTES
+
+
+@settings(**HOSTILE, max_examples=max(12, settings.default.max_examples))
+@given(case=hostile_eval_calls())
+def test_hostile_eval_calls_exit_2_with_one_line_naming_the_key(case, earlier_eval, tmp_path_factory, capsys):
+    _check_eval_refused(case, earlier_eval, tmp_path_factory, capsys)
+
+
+@pytest.mark.slow
+@settings(**HOSTILE, max_examples=200)
+@given(case=hostile_eval_calls())
+def test_many_hostile_eval_calls(case, earlier_eval, tmp_path_factory, capsys):
+    _check_eval_refused(case, earlier_eval, tmp_path_factory, capsys)
