@@ -28,7 +28,7 @@ Checks, all before a model is loaded (``seeupo train`` exits with one line and c
 * every field's type and range (:data:`BOUNDS`), and ``env.options`` against the environment's
   own options (:func:`check_env_options`);
 * cross-field consistency (:meth:`TrainConfig.from_dict`): ``rollout.max_turns`` covers the
-  bridge's turns, ``optim.micro_batch_tokens`` holds the longest row (``rollout.max_context``);
+  bridge's turns and the environment's ``max_steps`` (BFCL, AppWorld), ``optim.micro_batch_tokens`` holds the longest row (``rollout.max_context``);
 * for training only (:func:`check_for_training`): ``rollout.top_p`` is 1, and the sizes a step
   would allocate stay under :data:`LIMITS` unless ``limits.allow_large: true``.
 
@@ -337,6 +337,11 @@ def _check_consistency(cfg: "TrainConfig") -> None:
                          f"{o.micro_batch_tokens} is smaller than the longest possible row (rollout.max_context = "
                          f"{r.max_context} tokens of context and response); raise it or lower rollout.max_context")
     opts = check_env_options(cfg.env.name, cfg.env.options)
+    budget = getattr(opts, "max_steps", None)  # the environment's own step budget (BFCL, AppWorld)
+    if budget is not None and r.max_turns < budget:
+        raise InputError("config.rollout.max_turns",
+                         f"{r.max_turns} is below env.options.max_steps = {budget}: the agent loop would cut episodes "
+                         f"before the environment's own budget ends them; lower env.options.max_steps instead")
     if cfg.env.name == "bridge":
         turns = len(bridge_shape(opts)[1])
         if r.max_turns < turns:

@@ -83,6 +83,8 @@ REPO = Path(__file__).resolve().parents[2]
     (["env.name=bfcl", "env.options={categories: [multi_turn_nope]}"], "config.env.options", "unknown category 'multi_turn_nope'"),
     (["env.name=bfcl", "env.options={split: random}"], "config.env.options.split", "unknown value 'random'"),
     (["env.name=atari"], "config.env.name", "unknown environment 'atari'"),
+    (["env.name=bfcl", "env.options={max_steps: 10}", "rollout.max_turns=9"], "config.rollout.max_turns",
+     "below env.options.max_steps = 10"),
     (["env.options.turns=7"], "config.env.options.turns", "must be in [1, 6]"),
     (["algorithm.group_size=10000000"], "config.algorithm.group_size", "must be in [1, 1000000]"),
     (["algorithm.epochs=100000"], "config.algorithm.epochs", "must be in [1, 1000]"),
@@ -98,6 +100,8 @@ def test_cross_field_and_environment_errors_come_from_the_config(overrides, key,
 def test_consistent_settings_pass():
     cfg = load_train_config(None, ["rollout.max_turns=2", "optim.micro_batch_tokens=8192", "env.options.turns=2"])
     assert cfg.optim.micro_batch_tokens == 8192
+    cfg = load_train_config(None, ["env.name=bfcl", "env.options={max_steps: 4}", "rollout.max_turns=4"])
+    assert cfg.rollout.max_turns == 4
     assert load_train_config(None, ["rollout.max_context=512", "optim.micro_batch_tokens=512"]).optim.micro_batch_tokens == 512
 
 
