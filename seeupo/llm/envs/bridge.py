@@ -354,8 +354,10 @@ def bridge_num_turns(options: dict[str, Any]) -> int:
     :func:`seeupo.tabular.instances.load_problem`). Bad options raise
     :class:`~seeupo.validation.InputError` naming the field.
     """
+    from seeupo.llm.config import bridge_shape  # the one reader of a bridge problem's shape
+
     opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
-    return opts.turns if opts.instance is None else _instance(opts.instance).num_turns
+    return len(bridge_shape(opts)[1])
 
 
 def bridge_gamma(options: dict[str, Any]) -> float:
