@@ -103,7 +103,7 @@ class AlgorithmConfig:
 
     name: str = "custom"
     preset: str | None = None
-    advantage: str = "grae"
+    advantage: str = dataclasses.field(default="grae", metadata={"choices": ADV_ESTIMATORS.names})
     gae_gamma: float = 1.0
     gae_lambda: float = 1.0
     gae_token_level: bool = False
@@ -111,7 +111,7 @@ class AlgorithmConfig:
     grae_center: GraeCenter = "mean"
     grae_scale: GraeScale = "none"
     grae_clamp: float | None = None
-    update: str = "ppo"
+    update: str = dataclasses.field(default="ppo", metadata={"choices": POLICY_LOSSES.names})
     ratio_level: RatioLevel = "token"
     ratio_scope: RatioScope = "turn"
     length_norm: bool = True
@@ -120,7 +120,7 @@ class AlgorithmConfig:
     dual_clip: float | None = None
     kl_coef: float = 0.0
     kl_estimator: KlEstimator = "k3"
-    aggregation: str = "token_mean"
+    aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
     epochs: int = 1
     minibatches: int = 1
     schedule: Schedule = "simultaneous"
@@ -179,13 +179,12 @@ def choices() -> dict[str, tuple[str, ...]]:
     The registry fields list what is registered at the time of the call (built-ins first, then
     user entries); the others read their ``Literal`` annotation.
     """
-    hints = {f.name: f.type for f in dataclasses.fields(AlgorithmConfig)}
     out: dict[str, tuple[str, ...]] = {}
-    for name, hint in hints.items():
-        if name in REGISTRY_FIELDS:
-            out[name] = next(r for r in REGISTRIES if r.field == name).names()
-        elif isinstance(hint, str) and hint in _LITERALS:
-            out[name] = get_args(_LITERALS[hint])
+    for f in dataclasses.fields(AlgorithmConfig):
+        if "choices" in f.metadata:
+            out[f.name] = f.metadata["choices"]()
+        elif isinstance(f.type, str) and f.type in _LITERALS:
+            out[f.name] = get_args(_LITERALS[f.type])
     return out
 
 

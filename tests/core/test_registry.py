@@ -18,6 +18,7 @@ from seeupo.core.registry import (
     register_policy_loss,
 )
 from seeupo.core.update import compute_advantages, policy_update
+from seeupo.validation import InputError, dataclass_from_dict
 
 DT = torch.float64
 
@@ -91,6 +92,19 @@ def test_registered_estimator_is_valid_in_config_and_used_by_compute_advantages(
     # the declared need for group statistics carries the group-size rule
     with pytest.raises(ValueError, match="group_size must be >= 2 for 'group_median'"):
         AlgorithmConfig(advantage="group_median", group_size=1)
+
+
+def test_config_files_accept_a_registered_name_and_name_the_field_otherwise(registered):
+    with pytest.raises(InputError, match=r"config\.algorithm\.update.*expected one of \['reinforce', 'ppo'\]"):
+        dataclass_from_dict(AlgorithmConfig, {"update": "halved"}, "config.algorithm")
+
+    @register_policy_loss("halved", surrogate=False)
+    def halved(logp_new, batch, adv, settings):
+        """Half the REINFORCE objective."""
+        return 0.5 * logp_new * adv, None
+
+    registered.append((POLICY_LOSSES, "halved"))
+    assert dataclass_from_dict(AlgorithmConfig, {"update": "halved"}, "config.algorithm").update == "halved"
 
 
 def test_estimator_needs_are_enforced(registered, make_batch):
