@@ -5,11 +5,16 @@ update, a ratio level, and a schedule. Any other point can be composed by hand::
 
     cfg = AlgorithmConfig(advantage="grae", grae_scale="group_std", update="ppo",
                           ratio_level="sequence", schedule="sequential", order="forward")
+
+The advantage estimator, the policy loss (``update``) and the aggregation are names of registry
+entries (:mod:`seeupo.core.registry`), so a new one is a decorated function, not an edit here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -179,19 +184,20 @@ def choices() -> dict[str, tuple[str, ...]]:
     The registry fields list what is registered at the time of the call (built-ins first, then
     user entries); the others read their ``Literal`` annotation.
     """
+    literal = _literal_choices()
     out: dict[str, tuple[str, ...]] = {}
     for f in dataclasses.fields(AlgorithmConfig):
         if "choices" in f.metadata:
             out[f.name] = f.metadata["choices"]()
-        elif isinstance(f.type, str) and f.type in _LITERALS:
-            out[f.name] = get_args(_LITERALS[f.type])
+        elif f.name in literal:
+            out[f.name] = literal[f.name]
     return out
 
 
-_LITERALS = {
-    "GraeCenter": GraeCenter, "GraeScale": GraeScale, "RatioLevel": RatioLevel, "RatioScope": RatioScope,
-    "KlEstimator": KlEstimator, "Schedule": Schedule, "Order": Order, "MFactor": MFactor, "MAlignment": MAlignment,
-}
+@functools.lru_cache(maxsize=1)
+def _literal_choices() -> dict[str, tuple[str, ...]]:
+    hints = typing.get_type_hints(AlgorithmConfig)
+    return {k: get_args(h) for k, h in hints.items() if typing.get_origin(h) is Literal}
 
 
 PRESETS: dict[str, AlgorithmConfig] = {
