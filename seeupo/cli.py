@@ -161,7 +161,32 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_choices() -> None:
+    """Every choice field and its allowed values, read from the registries and the config's ``Literal`` types."""
+    from seeupo.core.config import REGISTRIES, choices
+
+    registries = {r.field: r for r in REGISTRIES}
+    for field_name, allowed in choices().items():
+        if field_name not in registries:
+            print(f"{field_name}: {', '.join(allowed)}")
+            continue
+        registry = registries[field_name]
+        print(f"{field_name} (registry: {registry.kind}):")
+        for name in allowed:
+            entry = registry.get(name)
+            needs = [flag for flag in ("needs_critic", "needs_oracle", "needs_group_stats")
+                     if getattr(entry, flag, False)]
+            needs += [f"no {flag}" for flag in ("exact", "tabular", "lm") if getattr(entry, flag, True) is False]
+            if getattr(entry, "surrogate", None) is False:
+                needs.append("one gradient step")
+            tail = f"  [{', '.join(needs)}]" if needs else ""
+            print(f"  {name:<20} {entry.doc}{tail}")
+
+
 def _cmd_presets(args: argparse.Namespace) -> int:
+    if args.choices:
+        _print_choices()
+        return 0
     settings = {name: {k: v for k, v in cfg.to_dict().items() if k not in ("name", "preset")} for name, cfg in PRESETS.items()}
     if args.name or args.all:
         for name, fields in settings.items():
@@ -177,7 +202,8 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(keys) + 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    print(f"\n(the {len(keys)} settings that differ; `seeupo presets NAME` or `--all` prints every setting)")
+    print(f"\n(the {len(keys)} settings that differ; `seeupo presets NAME` or `--all` prints every setting, "
+          "`--choices` the allowed values of each choice)")
     return 0
 
 
@@ -538,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "of one preset (NAME) or of all (--all).")
     p.add_argument("name", nargs="?", choices=sorted(PRESETS), help="print every setting of this preset")
     p.add_argument("--all", action="store_true", help="print every setting of every preset")
+    p.add_argument("--choices", action="store_true",
+                   help="print the allowed values of every choice setting: the registered advantage estimators, "
+                        "policy losses and aggregations (with what each needs) and the fixed choices")
     p.set_defaults(func=_cmd_presets)
     return parser
 

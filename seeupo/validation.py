@@ -269,14 +269,19 @@ def dataclass_from_dict(cls: type, data: Any, where: str, bounds: dict[str, tupl
     """Build the dataclass ``cls`` from a JSON object, every field type-checked.
 
     Unknown keys are errors; missing keys take the dataclass default. ``bounds`` maps field
-    names to inclusive ``(low, high)`` ranges for numbers. The class's own validation
+    names to inclusive ``(low, high)`` ranges for numbers. A field whose metadata holds
+    ``"choices"`` (a function returning the allowed strings now, e.g. a registry's names) is checked
+    against them. The class's own validation
     (``__post_init__``) runs last; its ``ValueError`` becomes an :class:`InputError` naming ``where``.
     """
     data = as_object(data, where)
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    check_keys(data, set(), names, where)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    check_keys(data, set(), set(fields), where)
     kwargs = {k: _typed(v, hints[k], f"{where}.{k}", bounds or {}) for k, v in data.items()}
+    for k, v in kwargs.items():  # open choices (registries) name their allowed values in the field's metadata
+        if "choices" in fields[k].metadata:
+            str_field(v, f"{where}.{k}", fields[k].metadata["choices"]())
     try:
         return cls(**kwargs)
     except ValueError as err:

@@ -193,3 +193,16 @@ def test_verify_tiny_run_writes_report(tmp_path, seeupo):
     assert {e["row"] for e in report["table1"]} >= {"ppo", "grpo", "gspo", "rloo", "seeupo"}
     assert "Table 1" in (tmp_path / "verify.md").read_text()
     assert "[1/" in out.stderr  # progress
+
+
+def test_presets_choices_lists_every_registered_entry(seeupo):
+    from seeupo.core.config import REGISTRIES, choices
+
+    out = seeupo("presets", "--choices")
+    assert out.returncode == 0, out.stderr
+    listed = {line.split()[0] for line in out.stdout.splitlines() if line.startswith("  ")}
+    for registry in REGISTRIES:
+        assert f"{registry.field} (registry: {registry.kind})" in out.stdout
+        assert set(registry.names()) <= listed
+    assert "order: reverse, forward, random, custom" in out.stdout
+    assert len([line for line in out.stdout.splitlines() if not line.startswith("  ")]) == len(choices())

@@ -20,14 +20,15 @@ the exact distribution of a trajectory's group-mates through the same formula.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import get_args
 
 import torch
 
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
+from seeupo.core.config import GraeCenter, GraeScale
 
 Tensor = torch.Tensor
-Center = Literal["mean", "loo", "none"]
+Center = GraeCenter
 
 
 def grae_from_group_stats(
@@ -65,7 +66,7 @@ def grae_from_group_stats(
     elif center == "none":
         adv = returns.clone()
     else:
-        raise ValueError(f"unknown GRAE centring {center!r}; expected 'mean', 'loo' or 'none'")
+        raise ValueError(f"unknown GRAE centring {center!r}; expected one of {get_args(GraeCenter)}")
     if group_std:
         var = (group_sumsq - group_sum**2 / g) / (g - 1.0)
         adv = adv / (var.clamp_min(0.0).sqrt() + eps)
@@ -92,7 +93,7 @@ def grae(
     *,
     group_size: int,
     center: Center = "mean",
-    scale: Literal["none", "group_std", "batch_std"] = "none",
+    scale: GraeScale = "none",
     clamp: float | None = None,
     eps: float = 1e-6,
     group_stats: tuple[Tensor, Tensor] | None = None,
@@ -124,7 +125,7 @@ def grae(
         traj_weight = per_trajectory(batch.weight, batch)
         adv = batch_zscore(adv, traj_instance, traj_weight, eps)
     elif scale not in ("none", "group_std"):
-        raise ValueError(f"unknown GRAE scale {scale!r}; expected 'none', 'group_std' or 'batch_std'")
+        raise ValueError(f"unknown GRAE scale {scale!r}; expected one of {get_args(GraeScale)}")
     if clamp is not None:
         adv = adv.clamp(-clamp, clamp)
     return broadcast_to_tokens(adv[batch.traj_id], batch)

@@ -5,13 +5,33 @@ update, a ratio level, and a schedule. Any other point can be composed by hand::
 
     cfg = AlgorithmConfig(advantage="grae", grae_scale="group_std", update="ppo",
                           ratio_level="sequence", schedule="sequential", order="forward")
+
+The advantage estimator, the policy loss (``update``) and the aggregation are names of registry
+entries (:mod:`seeupo.core.registry`), so a new one is a decorated function, not an edit here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, Registry, adv_estimator
+
+# The closed choices of the fields that are not registries: each list is spelled once, here, and
+# validation and error messages read it (``get_args``). The open choices (``advantage``,
+# ``update``, ``aggregation``) are the registries of :mod:`seeupo.core.registry`.
+GraeCenter = Literal["mean", "loo", "none"]
+GraeScale = Literal["none", "group_std", "batch_std"]
+RatioLevel = Literal["token", "sequence"]
+RatioScope = Literal["turn", "trajectory"]
+KlEstimator = Literal["k1", "k3"]
+Schedule = Literal["simultaneous", "sequential"]
+Order = Literal["reverse", "forward", "random", "custom"]
+MFactor = Literal["none", "happo", "clipped"]
+MAlignment = Literal["trajectory", "shuffled"]
 
 
 @dataclass(frozen=True)
@@ -25,18 +45,20 @@ class AlgorithmConfig:
         that a saved configuration names its starting point as well as what ran.
 
     Advantage estimation
-      advantage: ``"oracle"`` (exact advantages supplied by the caller), ``"gae"`` (critic,
+      advantage: a registered advantage estimator (:func:`seeupo.core.registry.register_adv_est`);
+        built in: ``"oracle"`` (exact advantages supplied by the caller), ``"gae"`` (critic,
         Schulman et al. 2016) or ``"grae"`` (group relative, critic-free; PAPER.md §2).
       gae_gamma, gae_lambda: GAE's discount and trace parameter.
       gae_token_level: GAE steps are tokens (PPO on LLMs) rather than turns.
-      group_size: ``G``, rollouts per task for GRAE.
+      group_size: ``G``, rollouts per task for GRAE (any estimator that needs group statistics).
       grae_center: ``"mean"`` (GRPO, Shao et al. 2024), ``"loo"`` (RLOO, Kool et al. 2019) or ``"none"``.
       grae_scale: ``"none"``, ``"group_std"`` (GRPO) or ``"batch_std"`` (batch z-score: SeeUPO,
         REINFORCE++ of Hu 2025).
       grae_clamp: clip advantages to ``[-c, c]`` after scaling; ``None`` for no clamping.
 
     Policy update
-      update: ``"reinforce"`` (one gradient step on ``log pi * A``) or ``"ppo"`` (the clipped
+      update: a registered policy loss (:func:`seeupo.core.registry.register_policy_loss`); built
+        in: ``"reinforce"`` (one gradient step on ``log pi * A``) or ``"ppo"`` (the clipped
         surrogate, "PPU" in the paper).
       ratio_level: ``"token"`` (PPO, GRPO) or ``"sequence"`` (GSPO, Zheng et al. 2025; SeeUPO).
       ratio_scope: the "sequence" of a sequence-level ratio: one turn's response or the whole
@@ -46,7 +68,8 @@ class AlgorithmConfig:
       clip_eps_low, clip_eps_high: the clip range ``[1 - low, 1 + high]`` (0.2 in the paper).
       dual_clip: the dual-clip constant of Ye et al. 2020, or ``None``.
       kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``).
-      aggregation: how token objectives become one number (see :func:`seeupo.core.losses.aggregate`).
+      aggregation: how token objectives become one number: a registered aggregation
+        (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
       epochs, minibatches: passes over the batch and minibatches per pass (per turn, in a
         sequential schedule). The reference code uses 1 and 1 (PAPER.md §5).
 
@@ -85,56 +108,46 @@ class AlgorithmConfig:
 
     name: str = "custom"
     preset: str | None = None
-    advantage: Literal["oracle", "gae", "grae"] = "grae"
+    advantage: str = dataclasses.field(default="grae", metadata={"choices": ADV_ESTIMATORS.names})
     gae_gamma: float = 1.0
     gae_lambda: float = 1.0
     gae_token_level: bool = False
     group_size: int = 4
-    grae_center: Literal["mean", "loo", "none"] = "mean"
-    grae_scale: Literal["none", "group_std", "batch_std"] = "none"
+    grae_center: GraeCenter = "mean"
+    grae_scale: GraeScale = "none"
     grae_clamp: float | None = None
-    update: Literal["reinforce", "ppo"] = "ppo"
-    ratio_level: Literal["token", "sequence"] = "token"
-    ratio_scope: Literal["turn", "trajectory"] = "turn"
+    update: str = dataclasses.field(default="ppo", metadata={"choices": POLICY_LOSSES.names})
+    ratio_level: RatioLevel = "token"
+    ratio_scope: RatioScope = "turn"
     length_norm: bool = True
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     dual_clip: float | None = None
     kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k3"] = "k3"
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    kl_estimator: KlEstimator = "k3"
+    aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
     epochs: int = 1
     minibatches: int = 1
-    schedule: Literal["simultaneous", "sequential"] = "simultaneous"
-    order: Literal["reverse", "forward", "random", "custom"] = "reverse"
+    schedule: Schedule = "simultaneous"
+    order: Order = "reverse"
     custom_order: tuple[int, ...] | None = None
-    m_factor: Literal["none", "happo", "clipped"] = "happo"
+    m_factor: MFactor = "happo"
     m_clip: tuple[float, float] = (0.8, 1.2)
     m_length_norm: bool = False
     m_refresh: bool = False
-    m_alignment: Literal["trajectory", "shuffled"] = "trajectory"
+    m_alignment: MAlignment = "trajectory"
     equal_budget: bool = False
 
     def __post_init__(self) -> None:
-        choices = {
-            "advantage": ("oracle", "gae", "grae"),
-            "grae_center": ("mean", "loo", "none"),
-            "grae_scale": ("none", "group_std", "batch_std"),
-            "update": ("reinforce", "ppo"),
-            "ratio_level": ("token", "sequence"),
-            "ratio_scope": ("turn", "trajectory"),
-            "kl_estimator": ("k1", "k3"),
-            "aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
-            "schedule": ("simultaneous", "sequential"),
-            "order": ("reverse", "forward", "random", "custom"),
-            "m_factor": ("none", "happo", "clipped"),
-            "m_alignment": ("trajectory", "shuffled"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
+        for registry in REGISTRIES:
+            registry.get(getattr(self, registry.field))  # an unknown name: one line listing the registered ones
+        for name, allowed in choices().items():
+            if name not in REGISTRY_FIELDS and getattr(self, name) not in allowed:
                 raise ValueError(f"AlgorithmConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
-        if self.group_size < 2 and self.advantage == "grae":
-            raise ValueError(f"AlgorithmConfig.group_size must be >= 2 for GRAE, got {self.group_size}")
+        if self.group_size < 2 and adv_estimator(self.advantage).needs_group_stats:
+            raise ValueError(
+                f"AlgorithmConfig.group_size must be >= 2 for {self.advantage!r} (group statistics), got {self.group_size}"
+            )
         if self.epochs < 1 or self.minibatches < 1:
             raise ValueError("AlgorithmConfig.epochs and minibatches must be >= 1")
         if self.order == "custom" and self.custom_order is None:
@@ -159,6 +172,32 @@ class AlgorithmConfig:
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
+
+
+REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)
+REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """Every choice field of :class:`AlgorithmConfig` and its allowed values, now.
+
+    The registry fields list what is registered at the time of the call (built-ins first, then
+    user entries); the others read their ``Literal`` annotation.
+    """
+    literal = _literal_choices()
+    out: dict[str, tuple[str, ...]] = {}
+    for f in dataclasses.fields(AlgorithmConfig):
+        if "choices" in f.metadata:
+            out[f.name] = f.metadata["choices"]()
+        elif f.name in literal:
+            out[f.name] = literal[f.name]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _literal_choices() -> dict[str, tuple[str, ...]]:
+    hints = typing.get_type_hints(AlgorithmConfig)
+    return {k: get_args(h) for k, h in hints.items() if typing.get_origin(h) is Literal}
 
 
 PRESETS: dict[str, AlgorithmConfig] = {

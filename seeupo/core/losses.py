@@ -22,10 +22,11 @@ from typing import Literal
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
+from seeupo.core.registry import LossSettings, aggregation as aggregation_entry, policy_loss
 
 Tensor = torch.Tensor
-Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
-AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+# A registered aggregation's name (:data:`seeupo.core.registry.AGGREGATIONS` lists them).
+Aggregation = str
 
 
 def sequence_log_ratio(logp_new: Tensor, logp_old: Tensor, mask: Tensor, *, length_norm: bool) -> Tensor:
@@ -85,20 +86,15 @@ def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
     * ``seq_mean_token_mean``: ``c_i = w_i / (n_i sum_k w_k)``;
     * ``seq_mean_token_sum``: ``c_i = w_i / sum_k w_k``;
 
-    sums over the valid rows ``k`` of the same instance; ``c_i = 0`` on placeholders.
+    sums over the valid rows ``k`` of the same instance; ``c_i = 0`` on placeholders. Other
+    registered aggregations (:func:`seeupo.core.registry.register_aggregation`) give their own
+    ``(per_row, den_terms)``.
     """
     real = batch.token_mask & batch.valid[:, None]
     dtype = batch.logp_old.dtype
     n_tokens = real.sum(1).to(dtype)
     w = batch.weight.to(dtype) * batch.valid.to(dtype)
-    if mode == "token_mean":
-        per_row, den_terms = w, w * n_tokens
-    elif mode == "seq_mean_token_mean":
-        per_row, den_terms = w / n_tokens.clamp_min(1), w
-    elif mode == "seq_mean_token_sum":
-        per_row, den_terms = w, w
-    else:
-        raise ValueError(f"unknown aggregation {mode!r}; expected one of {AGGREGATIONS}")
+    per_row, den_terms = aggregation_entry(mode).fn(n_tokens, w)
     den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
     return per_row / den[batch.instance]
 
@@ -123,14 +119,48 @@ def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tenso
     return (coef.to(values.dtype) * row).sum()
 
 
+def ppo_surrogate(logp_new: Tensor, batch: SampleBatch, adv: Tensor, settings: LossSettings) -> tuple[Tensor, Tensor]:
+    """The clipped surrogate per token and which tokens' ratios were clipped (the ``"ppo"`` policy loss).
+
+    Token ratio, or one ratio per sequence (a turn's response or the whole trajectory) applied
+    to the mean of the sequence's token advantages. Placeholders and padding get ratio 1.
+    """
+    mask = batch.token_mask & batch.valid[:, None]
+    if settings.ratio_level == "token":
+        log_ratio = logp_new - batch.logp_old
+        token_adv = adv
+    elif settings.ratio_level == "sequence":
+        if settings.ratio_scope == "turn":
+            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=settings.length_norm)
+        elif settings.ratio_scope == "trajectory":
+            row_log_ratio = trajectory_log_ratio(
+                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=settings.length_norm
+            )
+        else:
+            raise ValueError(f"unknown ratio scope {settings.ratio_scope!r}; expected 'turn' or 'trajectory'")
+        log_ratio = row_log_ratio[:, None].expand_as(logp_new)
+        # one advantage per sequence: the mean of its tokens' advantages
+        row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
+        token_adv = row_adv[:, None].expand_as(adv)
+    else:
+        raise ValueError(f"unknown ratio level {settings.ratio_level!r}; expected 'token' or 'sequence'")
+    # placeholders and padding: ratio 1, no gradient
+    log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
+    ratio = torch.exp(log_ratio)
+    obj = clipped_surrogate(ratio, token_adv, settings.clip_eps_low, settings.clip_eps_high, settings.dual_clip)
+    with torch.no_grad():
+        clipped = (ratio < 1.0 - settings.clip_eps_low) | (ratio > 1.0 + settings.clip_eps_high)
+    return obj, clipped
+
+
 def policy_objective(
     logp_new: Tensor,
     batch: SampleBatch,
     adv: Tensor,
     *,
-    update: Literal["reinforce", "ppo"],
-    ratio_level: Literal["token", "sequence"] = "token",
-    ratio_scope: Literal["turn", "trajectory"] = "turn",
+    update: str,
+    ratio_level: str = "token",
+    ratio_scope: str = "turn",
     length_norm: bool = True,
     clip_eps_low: float = 0.2,
     clip_eps_high: float = 0.2,
@@ -145,8 +175,9 @@ def policy_objective(
       logp_new: ``[n, L]`` differentiable log-probabilities of the batch's tokens under the policy being optimised.
       batch: the rows; ``batch.logp_old`` is the sampling policy.
       adv: ``[n, L]`` the advantage (or, in a sequential update, the HAML weight ``M``) per token.
-      update: ``"reinforce"`` gives ``log pi * A`` (its gradient is the policy gradient);
-        ``"ppo"`` gives the clipped surrogate.
+      update: a registered policy loss (:data:`seeupo.core.registry.POLICY_LOSSES`): ``"reinforce"``
+        gives ``log pi * A`` (its gradient is the policy gradient); ``"ppo"`` the clipped surrogate.
+      aggregation: a registered aggregation (:data:`seeupo.core.registry.AGGREGATIONS`).
       coef, token_coef: :func:`row_coefficients` of the enclosing minibatch for ``aggregation``
         and for ``"token_mean"`` (the clip fraction), when ``batch`` is a micro-batch of it.
 
@@ -155,36 +186,11 @@ def policy_objective(
       clipped (averaged over instances); ``stats["clipped_mass"]`` is the same before dividing by
       the number of instances, which micro-batches of one minibatch add up.
     """
-    mask = batch.token_mask & batch.valid[:, None]
-    if update == "reinforce":
-        obj = logp_new * adv
+    settings = LossSettings(ratio_level, ratio_scope, length_norm, clip_eps_low, clip_eps_high, dual_clip)
+    obj, clipped = policy_loss(update).fn(logp_new, batch, adv, settings)
+    if clipped is None:
         return aggregate(obj, batch, aggregation, coef), {"clip_frac": 0.0, "clipped_mass": 0.0}
-    if update != "ppo":
-        raise ValueError(f"unknown update {update!r}; expected 'reinforce' or 'ppo'")
-    if ratio_level == "token":
-        log_ratio = logp_new - batch.logp_old
-        token_adv = adv
-    elif ratio_level == "sequence":
-        if ratio_scope == "turn":
-            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=length_norm)
-        elif ratio_scope == "trajectory":
-            row_log_ratio = trajectory_log_ratio(
-                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=length_norm
-            )
-        else:
-            raise ValueError(f"unknown ratio scope {ratio_scope!r}; expected 'turn' or 'trajectory'")
-        log_ratio = row_log_ratio[:, None].expand_as(logp_new)
-        # one advantage per sequence: the mean of its tokens' advantages
-        row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
-        token_adv = row_adv[:, None].expand_as(adv)
-    else:
-        raise ValueError(f"unknown ratio level {ratio_level!r}; expected 'token' or 'sequence'")
-    # placeholders and padding: ratio 1, no gradient
-    log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
-    ratio = torch.exp(log_ratio)
-    obj = clipped_surrogate(ratio, token_adv, clip_eps_low, clip_eps_high, dual_clip)
     with torch.no_grad():
-        clipped = ((ratio < 1.0 - clip_eps_low) | (ratio > 1.0 + clip_eps_high)).to(logp_new.dtype)
-        clipped_mass = float(aggregate(clipped, batch, "token_mean", token_coef))
+        clipped_mass = float(aggregate(clipped.to(logp_new.dtype), batch, "token_mean", token_coef))
     stats = {"clip_frac": clipped_mass / max(batch.num_instances, 1), "clipped_mass": clipped_mass}
     return aggregate(obj, batch, aggregation, coef), stats

@@ -13,11 +13,11 @@ from typing import Callable, Iterable, Protocol
 
 import torch
 
-from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients, sequence_log_ratio
 from seeupo.core.parallel import DataParallel, owned, score_rows
+from seeupo.core.registry import adv_estimator, policy_loss
 
 Tensor = torch.Tensor
 
@@ -40,32 +40,21 @@ def compute_advantages(
     oracle: Tensor | None = None,
     group_stats: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
-    """The ``[n, L]`` advantage of every token of the batch under ``cfg``.
+    """The ``[n, L]`` advantage of every token of the batch under ``cfg``: the registered estimator ``cfg.advantage``.
 
     Args:
-      critic_values: ``[n, L]`` critic values of the state before each token (GAE only).
-      oracle: ``[n, L]`` exact advantages (``advantage="oracle"`` only).
+      critic_values: ``[n, L]`` critic values of the state before each token (estimators that
+        declare ``needs_critic``, like GAE).
+      oracle: ``[n, L]`` exact advantages (estimators that declare ``needs_oracle``).
       group_stats: per-trajectory ``(group_sum, group_sumsq)`` replacing the batch's own
-        group statistics (the exact mode's distribution over group-mates; GRAE only).
+        group statistics (the exact mode's distribution over group-mates; group estimators).
     """
-    if cfg.advantage == "oracle":
-        if oracle is None:
-            raise ValueError("advantage='oracle' needs the exact advantages (oracle=...)")
-        return oracle * (batch.token_mask & batch.valid[:, None])
-    if cfg.advantage == "gae":
-        if critic_values is None:
-            raise ValueError("advantage='gae' needs critic values (critic_values=...)")
-        return gae_for_batch(
-            batch, critic_values, gamma=cfg.gae_gamma, lam=cfg.gae_lambda, token_level=cfg.gae_token_level
-        )
-    return grae(
-        batch,
-        group_size=cfg.group_size,
-        center=cfg.grae_center,
-        scale=cfg.grae_scale,
-        clamp=cfg.grae_clamp,
-        group_stats=group_stats,
-    )
+    estimator = adv_estimator(cfg.advantage)
+    if estimator.needs_oracle and oracle is None:
+        raise ValueError(f"advantage={cfg.advantage!r} needs the exact advantages (oracle=...)")
+    if estimator.needs_critic and critic_values is None:
+        raise ValueError(f"advantage={cfg.advantage!r} needs critic values (critic_values=...)")
+    return estimator.fn(batch, cfg, critic_values=critic_values, oracle=oracle, group_stats=group_stats)
 
 
 def turn_order(cfg: AlgorithmConfig, num_turns: int, generator: torch.Generator | None = None) -> list[int]:
@@ -202,7 +191,9 @@ def _optimizer_step(
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     coef = row_coefficients(batch, cfg.aggregation)
     token_coef = row_coefficients(batch, "token_mean")
-    whole_trajectories = cfg.update == "ppo" and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
+    whole_trajectories = (
+        policy_loss(cfg.update).surrogate and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
+    )
     mine = owned(batch, dp).nonzero().squeeze(1)
     plan = [mine[rows] for rows in micro_batch_plan(
         batch.select(mine), micro_batch_rows, whole_trajectories=whole_trajectories,

@@ -36,6 +36,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.registry import policy_loss
 from seeupo.tabular.problems import TreeMDP, random_token_bandit
 from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, saved_counterexamples, table1_verdict
 from seeupo.tabular.train import RunConfig, run
@@ -98,7 +99,7 @@ def full_grid_rows(exact_epochs: int) -> list[Row]:
         for upd_name, (update, level, upd) in UPDATES.items():
             name = f"{adv_name} + {upd_name}".lower().replace(" ", "_").replace("+", "").replace("(", "").replace(")", "").replace("__", "_")
             config = AlgorithmConfig(name=name, **adv, **upd)
-            if config.update == "reinforce":
+            if not policy_loss(config.update).surrogate:  # a plain policy gradient: one SGD step
                 rows.append(Row(name, f"{adv_name} + {upd_name}", adv_name, update, level, config, None, None, "sgd", 5.0, 10))
             else:
                 rows.append(Row(name, f"{adv_name} + {upd_name}", adv_name, update, level, config.replace(epochs=exact_epochs), None, None))
@@ -186,7 +187,7 @@ def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: Veri
     start = time.perf_counter()
     problem = make_problems(cfg, 1 if setting == "ST" else cfg.turns_mt)
     algo = row.config.replace(group_size=cfg.group_size)
-    if mode == "sampled" and algo.update == "ppo":
+    if mode == "sampled" and policy_loss(algo.update).surrogate:
         algo = algo.replace(epochs=cfg.sampled_epochs, minibatches=cfg.sampled_minibatches)
     iterations = cfg.iterations * row.iterations_factor * (cfg.sampled_iterations_factor if mode == "sampled" else 1)
     run_cfg = RunConfig(

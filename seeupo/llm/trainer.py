@@ -29,6 +29,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.parallel import DataParallel, owned, score_rows
+from seeupo.core.registry import adv_estimator
 from seeupo.core.update import compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
 from seeupo.llm.checkpoint import (
@@ -117,7 +118,7 @@ class Trainer:
         if dist is not None:
             broadcast_from_main(model)
         reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
-        self.critic = ValueModel.from_causal_lm(model, collective=self.dp) if algo.advantage == "gae" else None
+        self.critic = ValueModel.from_causal_lm(model, collective=self.dp) if adv_estimator(algo.advantage).needs_critic else None
         self.out_dir = Path(cfg.out_dir)
         self.rollout_model = model
         if engine is None and cfg.rollout.engine == "vllm":

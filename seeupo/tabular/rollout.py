@@ -18,6 +18,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.registry import adv_estimator
 from seeupo.tabular.exact import evaluate
 from seeupo.tabular.policies import TabularPolicy, token_digits
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -188,10 +189,13 @@ def exact_batch(
     discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
     returns = (paths.reward * discount).sum(-1)  # [I, P]
 
+    estimator = adv_estimator(cfg.advantage)
+    if not estimator.exact:
+        raise ValueError(f"advantage {cfg.advantage!r} has no exact mode; use the sampled mode")
     inst_idx, path_idx, weights, g_sum, g_sumsq = [], [], [], [], []
     for i in range(num_inst):
         reachable = paths.prob[i] > 0
-        if cfg.advantage != "grae":
+        if not estimator.needs_group_stats:
             idx = reachable.nonzero().squeeze(1)
             inst_idx.append(torch.full_like(idx, i))
             path_idx.append(idx)
@@ -238,7 +242,7 @@ def exact_batch(
         traj_group,
         inst,
     )
-    stats = (torch.cat(g_sum), torch.cat(g_sumsq)) if cfg.advantage == "grae" else None
+    stats = (torch.cat(g_sum), torch.cat(g_sumsq)) if estimator.needs_group_stats else None
     return batch, stats
 
 

@@ -15,6 +15,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.registry import adv_estimator
 from seeupo.core.update import compute_advantages, policy_update, sequential_sweep
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
 from seeupo.tabular.policies import TabularPolicy
@@ -93,8 +94,9 @@ def build_batch(
         batch, group_stats = sample_batch(problem, policy, run.tasks, cfg.group_size, generator), None
     else:
         raise ValueError(f"unknown mode {run.mode!r}; expected 'exact' or 'sampled'")
-    critic = critic_values(problem, policy, batch) if cfg.advantage == "gae" else None
-    oracle = oracle_advantages(problem, policy, batch) if cfg.advantage == "oracle" else None
+    estimator = adv_estimator(cfg.advantage)
+    critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
+    oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
     adv = compute_advantages(batch, cfg, critic_values=critic, oracle=oracle, group_stats=group_stats)
     return batch, adv
 

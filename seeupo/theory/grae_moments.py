@@ -43,19 +43,18 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import sympy as sp
 import torch
 
 from seeupo.core.advantages import grae
-from seeupo.core.config import AlgorithmConfig
+from seeupo.core.config import AlgorithmConfig, GraeCenter
 from seeupo.tabular.exact import evaluate
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 from seeupo.tabular.rollout import enumerate_paths, exact_batch
 
-Center = Literal["mean", "loo", "none"]
+Center = GraeCenter
 Number = sp.Expr | int | float
 Distribution = Mapping[sp.Expr, sp.Expr]  # value -> probability
 

@@ -322,3 +322,27 @@ def test_oracle_advantages(token_tree_mdp, mode):
         rows = turn == 0
         num = torch.zeros(problem.num_instances).index_add_(0, inst[rows], batch.weight[rows] * adv[rows, 0])
         assert torch.allclose(num, torch.zeros_like(num), atol=1e-12, rtol=0)
+
+
+def test_registered_estimator_without_exact_mode_is_refused_there_and_runs_sampled(small_tree_mdp, ref):
+    from seeupo.core.advantages import broadcast_to_tokens
+    from seeupo.core.batch import per_trajectory
+    from seeupo.core.registry import ADV_ESTIMATORS, register_adv_est
+
+    @register_adv_est("raw_return_test", needs_group_stats=True, exact=False)
+    def raw_return(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+        """The trajectory's return itself."""
+        return broadcast_to_tokens(per_trajectory(batch.traj_return, batch)[batch.traj_id], batch)
+
+    try:
+        problem = small_tree_mdp
+        policy = _policy(problem, ref.random_probs(problem, 3))
+        cfg = AlgorithmConfig(advantage="raw_return_test", group_size=2)
+        with pytest.raises(ValueError, match="advantage 'raw_return_test' has no exact mode; use the sampled mode"):
+            exact_batch(problem, policy, cfg)
+        batch = sample_batch(problem, policy, 3, cfg.group_size, torch.Generator().manual_seed(0))
+        adv = compute_advantages(batch, cfg)
+        mask = batch.token_mask & batch.valid[:, None]
+        assert torch.equal(adv[mask], batch.traj_return[:, None].expand_as(adv)[mask])
+    finally:
+        ADV_ESTIMATORS.remove("raw_return_test")

@@ -1,0 +1,77 @@
+"""The paper's choices as registry entries (:mod:`seeupo.core.registry`).
+
+Each entry is a thin adapter from the registry's signature to the implementation in
+:mod:`seeupo.core.advantages` / :mod:`seeupo.core.losses`; the adapters import those torch
+modules when called, so that registering (and validating a configuration) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seeupo.core.registry import LossSettings, register_adv_est, register_aggregation, register_policy_loss
+
+# ---- advantage estimators: fn(batch, cfg, *, critic_values, oracle, group_stats) -> [n, L]
+
+
+@register_adv_est("oracle", needs_oracle=True, lm=False)
+def oracle(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """Exact advantages supplied by the caller (the tabular engine's ``A^pi``), masked to real tokens."""
+    return oracle * (batch.token_mask & batch.valid[:, None])
+
+
+@register_adv_est("gae", needs_critic=True)
+def gae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """GAE with a critic (Schulman et al. 2016): ``gae_gamma``, ``gae_lambda``, ``gae_token_level``."""
+    from seeupo.core.advantages import gae_for_batch
+
+    return gae_for_batch(batch, critic_values, gamma=cfg.gae_gamma, lam=cfg.gae_lambda, token_level=cfg.gae_token_level)
+
+
+@register_adv_est("grae", needs_group_stats=True)
+def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """Group-relative, critic-free (PAPER.md §2): ``group_size``, ``grae_center``, ``grae_scale``, ``grae_clamp``."""
+    from seeupo.core.advantages import grae as grae_impl
+
+    return grae_impl(
+        batch, group_size=cfg.group_size, center=cfg.grae_center, scale=cfg.grae_scale, clamp=cfg.grae_clamp,
+        group_stats=group_stats,
+    )
+
+
+# ---- policy losses: fn(logp_new, batch, adv, settings) -> (objective [n, L], clipped [n, L] | None)
+
+
+@register_policy_loss("reinforce", surrogate=False)
+def reinforce(logp_new: Any, batch: Any, adv: Any, settings: LossSettings) -> tuple[Any, Any]:
+    """``log pi * A``: its gradient is the policy gradient (one step per batch)."""
+    return logp_new * adv, None
+
+
+@register_policy_loss("ppo")
+def ppo(logp_new: Any, batch: Any, adv: Any, settings: LossSettings) -> tuple[Any, Any]:
+    """The clipped surrogate ("PPU"), token or sequence ratio (``ratio_level``, ``ratio_scope``, ``length_norm``)."""
+    from seeupo.core.losses import ppo_surrogate
+
+    return ppo_surrogate(logp_new, batch, adv, settings)
+
+
+# ---- aggregations: fn(n_tokens, weight) -> (per_row, den_terms)
+
+
+@register_aggregation("token_mean")
+def token_mean(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
+    """Every real token of every valid row counts once (times its row weight): ``c_i = w_i / sum_k w_k n_k``."""
+    return weight, weight * n_tokens
+
+
+@register_aggregation("seq_mean_token_mean")
+def seq_mean_token_mean(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
+    """Mean over tokens within a row, then mean over rows: ``c_i = w_i / (n_i sum_k w_k)``."""
+    return weight / n_tokens.clamp_min(1), weight
+
+
+@register_aggregation("seq_mean_token_sum")
+def seq_mean_token_sum(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
+    """Sum over tokens within a row, then mean over rows: ``c_i = w_i / sum_k w_k``."""
+    return weight, weight

@@ -1,0 +1,227 @@
+"""Registries of the algorithm's interchangeable pieces: advantage estimators, policy losses, aggregations.
+
+An algorithm of this toolkit names its pieces (``AlgorithmConfig.advantage``, ``.update``,
+``.aggregation``); each name is an entry of a registry here. A new piece is one decorated
+function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
+
+    @register_adv_est("median_baseline", needs_group_stats=True, exact=False)
+    def median_baseline(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+        ...  # [n, L] per-token advantages
+
+after which ``AlgorithmConfig(advantage="median_baseline")`` is valid and
+:func:`seeupo.core.update.compute_advantages` calls it. The registries are the one place that
+lists the allowed choices: configuration validation, error messages and ``seeupo presets``
+read them.
+
+Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.SampleBatch`):
+
+* advantage estimator: ``fn(batch, cfg, *, critic_values, oracle, group_stats) -> [n, L]``,
+  the per-token advantage aligned with ``batch.logp_old``, 0 on padding and placeholder rows;
+  ``cfg`` is the :class:`~seeupo.core.config.AlgorithmConfig` (its own options ride on it).
+* policy loss: ``fn(logp_new, batch, adv, settings) -> (objective, clipped)``, the per-token
+  objective ``[n, L]`` to **maximise** and a per-token bool ``[n, L]`` of clipped ratios (or
+  ``None`` when the loss does not clip); ``settings`` is a :class:`LossSettings`. The
+  aggregation over tokens is not the loss's business: :func:`seeupo.core.losses.policy_objective`
+  applies the configured one, so that micro-batches add up exactly.
+* aggregation: ``fn(n_tokens, weight) -> (per_row, den_terms)`` over the valid rows of a
+  minibatch, ``n_tokens`` their real token counts and ``weight`` their row weights (0 on
+  placeholders): the aggregate is ``sum_i per_row_i * sum_j x_ij / sum_{k in instance} den_terms_k``
+  (see :func:`seeupo.core.losses.row_coefficients`).
+
+This module imports no torch: the built-in entries (:mod:`seeupo.core.builtins`) import their
+implementations when called, so that validating a configuration and ``--help`` stay light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered advantage estimator and what it needs.
+
+    needs_critic: the caller must pass ``critic_values`` (a value model is trained alongside).
+    needs_oracle: the caller must pass ``oracle``, the exact advantages (tabular engine only).
+    needs_group_stats: the estimator compares a trajectory with the other rollouts of its task,
+      so a configuration needs ``group_size >= 2``; in exact mode the tabular engine passes each
+      trajectory's ``group_stats = (group_sum, group_sumsq)`` over an exact distribution of group-mates.
+    exact: the tabular exact mode can compute its expectation (for a group estimator: it is a
+      function of the group's ``(sum, sum of squares)`` of returns).
+    tabular, lm: usable by the tabular engine / the language-model trainer.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    needs_critic: bool = False
+    needs_oracle: bool = False
+    needs_group_stats: bool = False
+    exact: bool = True
+    tabular: bool = True
+    lm: bool = True
+
+    @property
+    def doc(self) -> str:
+        return _first_line(self.fn)
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss and what it supports.
+
+    surrogate: the loss is a function of the ratio ``pi / pi_old`` (it reads ``ratio_level``,
+      ``ratio_scope``, ``length_norm`` and the clip settings of :class:`LossSettings`) and stays
+      valid over several epochs on one batch; ``False``: a plain policy-gradient objective
+      (``log pi * A``) meant for one gradient step per batch.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    surrogate: bool = True
+
+    @property
+    def doc(self) -> str:
+        return _first_line(self.fn)
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A registered aggregation of per-token values into one number per instance."""
+
+    name: str
+    fn: Callable[..., Any]
+
+    @property
+    def doc(self) -> str:
+        return _first_line(self.fn)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The settings a policy loss may read, taken from an :class:`~seeupo.core.config.AlgorithmConfig`.
+
+    A separate object (not the whole configuration) so that the losses can be called from the
+    keyword arguments of :func:`seeupo.core.losses.policy_objective` as well.
+    """
+
+    ratio_level: str = "token"
+    ratio_scope: str = "turn"
+    length_norm: bool = True
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    dual_clip: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "LossSettings":
+        return cls(cfg.ratio_level, cfg.ratio_scope, cfg.length_norm, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
+
+
+class Registry(Generic[E]):
+    """Named entries of one kind; a name is registered once."""
+
+    def __init__(self, kind: str, field: str) -> None:
+        self.kind = kind  # "advantage estimator", ...
+        self.field = field  # the AlgorithmConfig field naming an entry
+        self._entries: dict[str, E] = {}
+
+    def add(self, name: str, entry: E) -> None:
+        """Register ``entry`` under ``name``; a clash with an existing entry is an error (never a silent override)."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a {self.kind} needs a non-empty string name, got {name!r}")
+        if name in self._entries:
+            existing = self._entries[name].fn  # type: ignore[attr-defined]
+            raise ValueError(f"{self.kind} {name!r} is already registered (by {_where(existing)}); choose another name")
+        self._entries[name] = entry
+
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (tests and interactive sessions that redefine an entry)."""
+        self.get(name)
+        del self._entries[name]
+
+    def get(self, name: str) -> E:
+        """The entry ``name``; an unknown name is a one-line error listing the registered ones."""
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"AlgorithmConfig.{self.field}={name!r} is not a registered {self.kind}; expected one of {self.names()}"
+            ) from None
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, in registration order (built-ins first)."""
+        return tuple(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", "advantage")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "update")
+AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", "aggregation")
+
+
+def register_adv_est(
+    name: str,
+    *,
+    needs_critic: bool = False,
+    needs_oracle: bool = False,
+    needs_group_stats: bool = False,
+    exact: bool = True,
+    tabular: bool = True,
+    lm: bool = True,
+) -> Callable[[F], F]:
+    """Register the decorated function as the advantage estimator ``name`` (see :class:`AdvantageEstimator`)."""
+
+    def decorate(fn: F) -> F:
+        ADV_ESTIMATORS.add(name, AdvantageEstimator(name, fn, needs_critic, needs_oracle, needs_group_stats, exact, tabular, lm))
+        return fn
+
+    return decorate
+
+
+def register_policy_loss(name: str, *, surrogate: bool = True) -> Callable[[F], F]:
+    """Register the decorated function as the policy loss ``name`` (``AlgorithmConfig.update``; see :class:`PolicyLoss`)."""
+
+    def decorate(fn: F) -> F:
+        POLICY_LOSSES.add(name, PolicyLoss(name, fn, surrogate))
+        return fn
+
+    return decorate
+
+
+def register_aggregation(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the loss aggregation ``name`` (see the module docstring)."""
+
+    def decorate(fn: F) -> F:
+        AGGREGATIONS.add(name, Aggregation(name, fn))
+        return fn
+
+    return decorate
+
+
+def adv_estimator(name: str) -> AdvantageEstimator:
+    return ADV_ESTIMATORS.get(name)
+
+
+def policy_loss(name: str) -> PolicyLoss:
+    return POLICY_LOSSES.get(name)
+
+
+def aggregation(name: str) -> Aggregation:
+    return AGGREGATIONS.get(name)
+
+
+def _first_line(fn: Callable[..., Any]) -> str:
+    return (fn.__doc__ or "").strip().split("\n")[0]
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+# The paper's choices, registered last so that they can use the decorators above.
+import seeupo.core.builtins  # noqa: E402,F401
