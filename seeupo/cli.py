@@ -322,7 +322,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from seeupo.llm.trainer import Trainer
 
     overrides = list(args.set) + ([f"out_dir={args.out}"] if args.out else [])
-    cfg = load_train_config(args.config, overrides)
+    cfg = load_train_config(args.config, overrides, args.plugin)
     check_for_training(cfg)
     # every check of the run folder comes before it is created or a model is loaded
     out = Path(cfg.out_dir)
@@ -386,7 +386,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from seeupo.llm.evaluate import EPISODES, check_output, eval_settings, evaluate_policy, markdown, start_output
     from seeupo.llm.trainer import Trainer
 
-    cfg = load_train_config(args.config, list(args.set))
+    cfg = load_train_config(args.config, list(args.set), args.plugin)
     out = writable_dir(args.out, "--out")
     checkpoint = None
     if args.checkpoint is not None:
@@ -430,6 +430,13 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                log=lambda m: print(m, flush=True))
     print(f"Wrote {len(names)} figures (PNG and JSON) to {out} in {time.perf_counter() - start:.1f} s.")
     return 0
+
+
+def _plugin_option(p: argparse.ArgumentParser) -> None:
+    """``--plugin``, the same on every command that reads an algorithm (seeupo.plugins)."""
+    p.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE",
+                   help="a .py file or module name to import first, so that the config may name the advantage "
+                        "estimators, policy losses and aggregations it registers (repeatable; adds to config plugins:)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -516,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set optim.lr=1e-5 (repeatable)")
     p.add_argument("--out", help="the run folder (overrides out_dir)")
+    _plugin_option(p)
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", action="store_true",
                         help="continue the run in the run folder from its newest checkpoint (an error when there is none); "
@@ -544,6 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the interrupted evaluation in --out: keep its episodes, roll out the rest "
                         "(refused unless config, --k, --checkpoint, --max-tasks and --batch are the same)")
     p.add_argument("--overwrite", action="store_true", help="delete the evaluation files already in --out and start afresh")
+    _plugin_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)
 

@@ -120,6 +120,11 @@ class LossSettings:
         return cls(cfg.ratio_level, cfg.ratio_scope, cfg.length_norm, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
 
 
+class NameClash(ValueError):
+    """A name registered twice: raised by :meth:`Registry.add` so that a plugin loader can tell it
+    from an error inside the plugin's own code."""
+
+
 class Registry(Generic[E]):
     """Named entries of one kind; a name is registered once."""
 
@@ -134,7 +139,7 @@ class Registry(Generic[E]):
             raise ValueError(f"a {self.kind} needs a non-empty string name, got {name!r}")
         if name in self._entries:
             existing = self._entries[name].fn  # type: ignore[attr-defined]
-            raise ValueError(f"{self.kind} {name!r} is already registered (by {_where(existing)}); choose another name")
+            raise NameClash(f"{self.kind} {name!r} is already registered (by {_where(existing)}); choose another name")
         self._entries[name] = entry
 
     def remove(self, name: str) -> None:

@@ -22,6 +22,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     checkpoint: {every: 10, keep: 2}
     parallel: {mixed_precision: bf16, activation_checkpointing: true, cpu_offload: false}  # torchrun only
     limits:  {allow_large: false}   # see check_for_training
+    plugins: [my_estimator.py]      # user code registering algorithm pieces (seeupo.plugins)
 
 Checks, all before a model is loaded (``seeupo train`` exits with one line and code 2):
 
@@ -183,7 +184,13 @@ class LimitsConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """A whole ``seeupo train`` run. ``algorithm`` is resolved from ``preset`` plus overrides."""
+    """A whole ``seeupo train`` run. ``algorithm`` is resolved from ``preset`` plus overrides.
+
+    plugins: Python files or module names imported before ``algorithm`` is checked, so that it may
+      name the entries they register (:mod:`seeupo.plugins`; ``--plugin`` adds to the list). A
+      loaded config records each as ``PATH_OR_MODULE@sha256:HEX`` (the content's hash): a resume
+      with an edited plugin is refused, and a recorded entry is checked against the file.
+    """
 
     algorithm: AlgorithmConfig = dataclasses.field(default_factory=lambda: PRESETS["seeupo"].replace(**PAPER_ALGORITHM))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -197,6 +204,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    plugins: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON/YAML-ready; ``TrainConfig.from_dict(cfg.to_dict()) == cfg``."""
@@ -212,6 +220,10 @@ class TrainConfig:
         """Build and check a config from parsed YAML/JSON; errors name ``source`` and the field."""
         try:
             data = dict(as_object(data, None))
+            from seeupo.plugins import load_plugins
+
+            # before the algorithm: it may name what the plugins register
+            data["plugins"] = list(load_plugins(data.get("plugins", []), "config.plugins"))
             algorithm = resolve_algorithm(data.pop("algorithm", {}))
             cfg = dataclasses.replace(dataclass_from_dict(cls, data, "config", BOUNDS), algorithm=algorithm)
             _check_consistency(cfg)
@@ -501,10 +513,18 @@ def read_yaml(path: str | Path) -> Any:
     return {} if data is None else data
 
 
-def load_train_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
-    """The config of ``path`` (``None``: the defaults) with ``--set`` overrides applied and checked."""
+def load_train_config(path: str | Path | None, overrides: list[str] = (), plugins: list[str] = ()) -> TrainConfig:
+    """The config of ``path`` (``None``: the defaults) with ``--set`` overrides applied and checked;
+    ``plugins`` (``--plugin``) are loaded first and added to the config's ``plugins``."""
+    from seeupo.plugins import load_plugins
+
     source = str(path) if path is not None else None
     data = read_yaml(path) if path is not None else {}
     if not isinstance(data, dict):
         raise InputError(None, "must be a mapping of sections (algorithm:, model:, ...)", source)
-    return TrainConfig.from_dict(apply_overrides(data, list(overrides)), source)
+    data = apply_overrides(data, list(overrides))
+    extra = load_plugins(list(plugins), "--plugin")  # errors name the flag, not the config file
+    if extra:
+        listed = data.get("plugins", [])
+        data["plugins"] = [*listed, *extra] if isinstance(listed, list) else listed
+    return TrainConfig.from_dict(data, source)

@@ -1,0 +1,125 @@
+"""Loading user plugins: a Python file or module whose decorators register algorithm pieces.
+
+A plugin is ordinary Python that calls :func:`seeupo.core.registry.register_adv_est` (or the
+other ``register_*`` decorators) at import time. ``seeupo train --plugin my_est.py`` and
+``plugins: [my_est.py]`` in a run config import it before the config's algorithm is checked, so a
+config may name the plugin's entries.
+
+Each loaded plugin is recorded as ``SPEC@sha256:HEX``: an absolute path for a file (a module
+name for a module) and the SHA-256 of the file's content. A run saves its plugins in that form,
+so resuming with an edited plugin is refused by the usual config comparison, and a spec given in
+that form is checked against the file before it is imported.
+
+Errors: a missing file or module is one line (:class:`~seeupo.validation.InputError`, exit 2);
+a name already registered (a built-in or another plugin) is one line naming both; an exception
+raised by the plugin's own code propagates with its traceback, since it is the author's bug to see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from seeupo.validation import InputError
+
+HASH_TAG = "@sha256:"
+
+
+@dataclass(frozen=True)
+class LoadedPlugin:
+    """What was imported: ``name`` (absolute file path or module name) and the SHA-256 of its source."""
+
+    name: str
+    sha256: str
+
+    @property
+    def spec(self) -> str:
+        """The form saved in a run's config: ``NAME@sha256:HEX``."""
+        return f"{self.name}{HASH_TAG}{self.sha256}"
+
+
+# file path or module name -> the plugin loaded under it, so that loading it again is a no-op
+_LOADED: dict[str, LoadedPlugin] = {}
+
+
+def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
+    """Import the plugin ``spec`` (a ``.py`` path or an importable module name, optionally
+    ``...@sha256:HEX``) once per process; ``field`` names where it came from in error messages."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(field, f"must be a path to a .py file or a module name, got {spec!r}")
+    target, _, pinned = spec.partition(HASH_TAG)
+    path = Path(target).expanduser()
+    is_file = target.endswith(".py") or "/" in target or "\\" in target or path.exists()
+    if is_file:
+        if not path.is_file():
+            raise InputError(field, f"no plugin file {target!r}")
+        path = path.resolve()
+        key, digest = str(path), _sha256(path)
+    else:
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise InputError(field, f"no plugin file or importable module {target!r}")
+        key, origin = target, found.origin
+        digest = _sha256(Path(origin)) if origin and Path(origin).is_file() else ""
+    if pinned and pinned != digest:
+        raise InputError(field, f"plugin {key} has changed since it was recorded (sha256 {pinned[:12]}... recorded, "
+                                f"{digest[:12]}... now)")
+    loaded = _LOADED.get(key)
+    if loaded is not None:
+        if loaded.sha256 != digest:
+            raise InputError(field, f"plugin {key} changed after it was loaded in this process; start a new process")
+        return loaded
+    _import(key, path if is_file else None, field)
+    _LOADED[key] = LoadedPlugin(key, digest)
+    return _LOADED[key]
+
+
+def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
+    """Load each of ``specs`` (see :func:`load_plugin`); their recorded forms, in order, without repeats."""
+    if not isinstance(specs, (list, tuple)):
+        raise InputError(field, f"must be a list of plugin files or modules, got {type(specs).__name__}")
+    out: list[str] = []
+    for i, spec in enumerate(specs):
+        recorded = load_plugin(spec, f"{field}[{i}]" if field.startswith("config") else field).spec
+        if recorded not in out:
+            out.append(recorded)
+    return tuple(out)
+
+
+def _import(key: str, path: Path | None, field: str) -> None:
+    """Import the plugin; on any failure, undo the registrations it made so that the process stays usable."""
+    from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, NameClash
+
+    registries = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)
+    before = [set(r.names()) for r in registries]
+    module_name = key
+    try:
+        if path is None:
+            importlib.import_module(key)
+        else:
+            # a unique module name per file: two plugins both called est.py must not replace each other
+            module_name = f"seeupo_plugin_{hashlib.sha256(key.encode()).hexdigest()[:12]}_{path.stem}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    except BaseException as err:
+        for registry, names in zip(registries, before):
+            for name in set(registry.names()) - names:
+                registry.remove(name)
+        if path is not None:
+            sys.modules.pop(module_name, None)
+        if isinstance(err, NameClash):
+            raise InputError(field, f"plugin {key}: {err}") from None
+        raise
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
