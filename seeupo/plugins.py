@@ -50,13 +50,13 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
     """Import the plugin ``spec`` (a ``.py`` path or an importable module name, optionally
     ``...@sha256:HEX``) once per process; ``field`` names where it came from in error messages."""
     if not isinstance(spec, str) or not spec.strip():
-        raise InputError(field, f"must be a path to a .py file or a module name, got {spec!r}")
+        raise _error(field, f"must be a path to a .py file or a module name, got {spec!r}")
     target, _, pinned = spec.partition(HASH_TAG)
     path = Path(target).expanduser()
     is_file = target.endswith(".py") or "/" in target or "\\" in target or path.exists()
     if is_file:
         if not path.is_file():
-            raise InputError(field, f"no plugin file {target!r}")
+            raise _error(field, f"no plugin file {target!r}")
         path = path.resolve()
         key, digest = str(path), _sha256(path)
     else:
@@ -65,16 +65,16 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
         except (ImportError, ValueError):
             found = None
         if found is None:
-            raise InputError(field, f"no plugin file or importable module {target!r}")
+            raise _error(field, f"no plugin file or importable module {target!r}")
         key, origin = target, found.origin
         digest = _sha256(Path(origin)) if origin and Path(origin).is_file() else ""
     if pinned and pinned != digest:
-        raise InputError(field, f"plugin {key} has changed since it was recorded (sha256 {pinned[:12]}... recorded, "
+        raise _error(field, f"plugin {key} has changed since it was recorded (sha256 {pinned[:12]}... recorded, "
                                 f"{digest[:12]}... now)")
     loaded = _LOADED.get(key)
     if loaded is not None:
         if loaded.sha256 != digest:
-            raise InputError(field, f"plugin {key} changed after it was loaded in this process; start a new process")
+            raise _error(field, f"plugin {key} changed after it was loaded in this process; start a new process")
         return loaded
     _import(key, path if is_file else None, field)
     _LOADED[key] = LoadedPlugin(key, digest)
@@ -84,7 +84,7 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
 def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
     """Load each of ``specs`` (see :func:`load_plugin`); their recorded forms, in order, without repeats."""
     if not isinstance(specs, (list, tuple)):
-        raise InputError(field, f"must be a list of plugin files or modules, got {type(specs).__name__}")
+        raise _error(field, f"must be a list of plugin files or modules, got {type(specs).__name__}")
     out: list[str] = []
     for i, spec in enumerate(specs):
         recorded = load_plugin(spec, f"{field}[{i}]" if field.startswith("config") else field).spec
@@ -117,8 +117,13 @@ def _import(key: str, path: Path | None, field: str) -> None:
         if path is not None:
             sys.modules.pop(module_name, None)
         if isinstance(err, NameClash):
-            raise InputError(field, f"plugin {key}: {err}") from None
+            raise _error(field, f"plugin {key}: {err}") from None
         raise
+
+
+def _error(field: str, message: str) -> InputError:
+    """A flag reads as argparse words it (``argument --plugin: ...``), a config field as the other config errors."""
+    return InputError(None, f"argument {field}: {message}") if field.startswith("--") else InputError(field, message)
 
 
 def _sha256(path: Path) -> str:

@@ -26,8 +26,8 @@ from seeupo.core.registry import register_adv_est
 
 CALLS = {calls!r}
 
-@register_adv_est("median_baseline", needs_group_stats=True, exact=False)
-def median_baseline(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+@register_adv_est("plugin_median", needs_group_stats=True, exact=False)
+def plugin_median(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
     """R_i minus the median return of its group, on every token of the trajectory."""
     with open(CALLS, "a") as f:
         f.write("called\\n")
@@ -41,12 +41,12 @@ def _forget_plugins() -> None:
     """What a new process sees: only the built-in entries, nothing loaded."""
     for registry in (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS):
         for name in registry.names():
-            if adv_estimator_module(registry, name).startswith("seeupo_plugin_"):
+            if _module_of(registry, name).startswith("seeupo_plugin_"):
                 registry.remove(name)
     plugins._LOADED.clear()
 
 
-def adv_estimator_module(registry, name: str) -> str:
+def _module_of(registry, name: str) -> str:
     return getattr(registry.get(name).fn, "__module__", "")
 
 
@@ -72,21 +72,21 @@ def test_plugin_estimator_trains_and_the_saved_config_records_it(tmp_path, capsy
     calls = tmp_path / "calls.txt"
     plugin = tmp_path / "median.py"
     plugin.write_text(MEDIAN.format(calls=str(calls)))
-    args = _train(tmp_path, "--set", "algorithm.advantage=median_baseline", "--plugin", str(plugin), "--plugin", str(plugin))
+    args = _train(tmp_path, "--set", "algorithm.advantage=plugin_median", "--plugin", str(plugin), "--plugin", str(plugin))
     assert main(args) == 0
     assert calls.read_text().count("called") >= 1  # the trainer's advantages came from the plugin
     import yaml
 
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     digest = hashlib.sha256(plugin.read_bytes()).hexdigest()
-    assert saved["algorithm"]["advantage"] == "median_baseline"
+    assert saved["algorithm"]["advantage"] == "plugin_median"
     assert saved["plugins"] == [f"{plugin.resolve()}@sha256:{digest}"]  # given twice, loaded and recorded once
 
     # a resume in a new process with the plugin edited is refused by the config comparison
     _forget_plugins()
     plugin.write_text(plugin.read_text() + "# edited\n")
     capsys.readouterr()
-    assert main(_train(tmp_path, "--set", "algorithm.advantage=median_baseline", "--plugin", str(plugin),
+    assert main(_train(tmp_path, "--set", "algorithm.advantage=plugin_median", "--plugin", str(plugin),
                        "--set", "steps=2", "--resume")) == 2
     err = _one_line_error(capsys)
     assert "argument --resume" in err and "plugins" in err and digest in err
@@ -101,18 +101,18 @@ def test_plugin_in_the_config_file_is_loaded_before_the_algorithm_is_checked(tmp
     plugin = tmp_path / "median.py"
     plugin.write_text(MEDIAN.format(calls=str(tmp_path / "calls.txt")))
     config = tmp_path / "run.yaml"
-    config.write_text(f"plugins: [{plugin}]\nalgorithm: {{preset: grpo, advantage: median_baseline}}\n")
+    config.write_text(f"plugins: [{plugin}]\nalgorithm: {{preset: grpo, advantage: plugin_median}}\n")
     from seeupo.llm.config import load_train_config
 
     cfg = load_train_config(config)
-    assert cfg.algorithm.advantage == "median_baseline"
+    assert cfg.algorithm.advantage == "plugin_median"
     assert cfg.plugins == (f"{plugin.resolve()}@sha256:{hashlib.sha256(plugin.read_bytes()).hexdigest()}",)
 
 
 def test_without_the_plugin_the_estimator_is_unknown(tmp_path, capsys):
-    assert main(_train(tmp_path, "--set", "algorithm.advantage=median_baseline")) == 2
+    assert main(_train(tmp_path, "--set", "algorithm.advantage=plugin_median")) == 2
     err = _one_line_error(capsys)
-    assert "median_baseline" in err and "grae" in err and "gae" in err
+    assert "plugin_median" in err and "grae" in err and "gae" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -148,9 +148,9 @@ def test_loading_the_same_file_twice_is_a_no_op(tmp_path):
     plugin = tmp_path / "median.py"
     plugin.write_text(MEDIAN.format(calls=str(tmp_path / "calls.txt")))
     first = plugins.load_plugin(str(plugin))
-    fn = adv_estimator("median_baseline").fn
+    fn = adv_estimator("plugin_median").fn
     assert plugins.load_plugin(str(tmp_path / "." / "median.py")) == first
-    assert adv_estimator("median_baseline").fn is fn
+    assert adv_estimator("plugin_median").fn is fn
     assert first.sha256 == hashlib.sha256(plugin.read_bytes()).hexdigest()
 
 
