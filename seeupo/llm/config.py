@@ -414,6 +414,11 @@ def flat_config(data: dict[str, Any]) -> dict[str, Any]:
             data = {**data, "env": {**env, "options": _lists(dataclasses.asdict(opts))}}
     except InputError:
         pass  # compared as written
+    return flatten(data)
+
+
+def flatten(data: Any) -> dict[str, Any]:
+    """A nested dict as ``{"a.b.c": leaf}`` (an empty dict is a leaf)."""
     out: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -427,6 +432,12 @@ def flat_config(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def changed_leaves(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
+    """``{key: (old, new)}`` for every flattened key whose value differs (``None`` where absent)."""
+    a, b = flatten(old), flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
 def resume_changes(saved: dict[str, Any], cfg: "TrainConfig") -> dict[str, tuple[Any, Any]]:
     """``{key: (old, new)}`` for the fields where ``cfg`` differs from a run's ``saved`` config
     (``config.yaml``; fields it lacks take today's defaults). Raises :class:`InputError` listing
@@ -434,8 +445,7 @@ def resume_changes(saved: dict[str, Any], cfg: "TrainConfig") -> dict[str, tuple
     defaults = TrainConfig().to_dict()
     merged = {k: ({**defaults[k], **v} if isinstance(defaults.get(k), dict) and isinstance(v, dict) else v)
               for k, v in {**defaults, **(saved if isinstance(saved, dict) else {})}.items()}
-    old, new = flat_config(merged), flat_config(cfg.to_dict())
-    changes = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+    changes = changed_leaves(flat_config(merged), flat_config(cfg.to_dict()))
     refused = {k: v for k, v in changes.items() if k not in RESUMABLE_FIELDS}
     if refused:
         listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())

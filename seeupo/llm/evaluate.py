@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from seeupo.llm.agent import AgentLimits, EpisodeRecord, NoPromptFits, TurnRecord, run_episodes
+from seeupo.llm.config import changed_leaves
 from seeupo.llm.rollout import SamplingParams
 from seeupo.validation import InputError
 
@@ -86,7 +87,7 @@ def check_output(out_dir: Path, settings: dict[str, Any], *, resume: bool = Fals
             saved = json.loads((out_dir / SETTINGS).read_text())
         except (OSError, ValueError) as err:
             raise InputError(None, f"--resume: cannot read {out_dir / SETTINGS}: {err}") from None
-        changes = _differences(saved, settings)
+        changes = [f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed_leaves(saved, settings).items()]
         if changes:
             raise InputError(None, f"--resume: {out_dir} was evaluated with other settings ({'; '.join(changes)}); "
                                    "resume with the same ones, or use another --out or --overwrite")
@@ -106,20 +107,6 @@ def start_output(out_dir: Path, settings: dict[str, Any], *, resume: bool = Fals
     for name in OUTPUT_FILES:
         (out_dir / name).unlink(missing_ok=True)
     (out_dir / SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """``key: old -> new`` for every leaf that differs between two JSON trees."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new), key=str):
-            name = f"{prefix}.{key}" if prefix else str(key)
-            if key not in old or key not in new:
-                out.append(f"{name}: {old.get(key, '(absent)')!r} -> {new.get(key, '(absent)')!r}")
-            else:
-                out += _differences(old[key], new[key], name)
-        return out
-    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
 
 
 def episode_seed(cfg_seed: int, first_episode: int) -> int:

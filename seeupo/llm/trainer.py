@@ -421,7 +421,7 @@ class Trainer:
         With ``resume``, the run continues from the newest checkpoint of ``out_dir`` (a fresh run
         when there is none); ``cfg`` may differ from the run's saved config only in
         :data:`~seeupo.llm.config.RESUMABLE_FIELDS` (else :class:`InputError`), ``config.yaml`` is
-        left as the run began, and each resume appends ``{time, step, changes}`` to
+        left as the run began, and each resume appends ``{time, resumed_from_step, changes}`` to
         ``RESUME_LOG``.
         """
         cfg = self.cfg
