@@ -57,6 +57,8 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
     if is_file:
         if not path.is_file():
             raise _error(field, f"no plugin file {target!r}")
+        if path.suffix != ".py":  # importlib has no loader for other suffixes
+            raise _error(field, f"plugin file {target!r} must be a .py file")
         path = path.resolve()
         key, digest = str(path), _sha256(path)
     else:

@@ -127,6 +127,9 @@ def test_missing_plugin_file_or_module_is_one_line(tmp_path, capsys):
     assert main(["eval", str(config), "--out", str(tmp_path / "eval")]) == 2
     err = _one_line_error(capsys)
     assert "config.plugins[0]" in err and "missing.py" in err
+    (tmp_path / "plugin.txt").write_text("x = 1\n")  # importlib has no loader for this suffix
+    assert main(_train(tmp_path, "--plugin", str(tmp_path / "plugin.txt"))) == 2
+    assert "must be a .py file" in _one_line_error(capsys)
 
 
 def test_clash_with_a_builtin_is_one_line_naming_both_and_leaves_nothing_behind(tmp_path, capsys):

@@ -115,10 +115,6 @@ class LossSettings:
     clip_eps_high: float = 0.2
     dual_clip: float | None = None
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> "LossSettings":
-        return cls(cfg.ratio_level, cfg.ratio_scope, cfg.length_norm, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
-
 
 class NameClash(ValueError):
     """A name registered twice: raised by :meth:`Registry.add` so that a plugin loader can tell it

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.registry import adv_estimator
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
 # the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2
@@ -342,6 +343,9 @@ def bridge_shape(opts: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
 def _check_consistency(cfg: "TrainConfig") -> None:
     """Cross-field checks: combinations that would run but train or evaluate nothing meaningful."""
     r, o = cfg.rollout, cfg.optim
+    if not adv_estimator(cfg.algorithm.advantage).lm:
+        raise InputError("config.algorithm.advantage", f"{cfg.algorithm.advantage!r} has no language-model form "
+                                                       "(registered with lm=False: it needs the exact values of a tabular problem)")
     if r.vllm_sleep and r.engine != "vllm":
         raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
     if o.micro_batch_tokens is not None and o.micro_batch_tokens < r.max_context:

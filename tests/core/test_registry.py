@@ -7,7 +7,7 @@ import torch
 
 from seeupo.core.advantages import broadcast_to_tokens
 from seeupo.core.batch import SampleBatch, per_trajectory
-from seeupo.core.config import PRESETS, AlgorithmConfig, choices
+from seeupo.core.config import AlgorithmConfig, choices
 from seeupo.core.losses import aggregate
 from seeupo.core.registry import (
     ADV_ESTIMATORS,
@@ -178,7 +178,3 @@ def test_unknown_name_is_one_line_listing_the_registered_names(field, registry):
     assert "\n" not in message and f"AlgorithmConfig.{field}='nope'" in message
     assert all(name in message for name in registry.names())
 
-
-def test_presets_name_builtin_entries():
-    for cfg in PRESETS.values():
-        assert cfg.advantage in ADV_ESTIMATORS and cfg.update in POLICY_LOSSES and cfg.aggregation in AGGREGATIONS

@@ -83,6 +83,7 @@ REPO = Path(__file__).resolve().parents[2]
     (["env.name=bfcl", "env.options={categories: [multi_turn_nope]}"], "config.env.options", "unknown category 'multi_turn_nope'"),
     (["env.name=bfcl", "env.options={split: random}"], "config.env.options.split", "unknown value 'random'"),
     (["env.name=atari"], "config.env.name", "unknown environment 'atari'"),
+    (["algorithm.advantage=oracle"], "config.algorithm.advantage", "no language-model form"),
     (["env.name=bfcl", "env.options={max_steps: 10}", "rollout.max_turns=9"], "config.rollout.max_turns",
      "below env.options.max_steps = 10"),
     (["env.options.turns=7"], "config.env.options.turns", "must be in [1, 6]"),
