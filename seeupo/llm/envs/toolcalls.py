@@ -57,6 +57,7 @@ import json
 import math
 import re
 import tokenize
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,18 @@ _BLOCK_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|<tool_call>|</tool_call>|[^"<]+
 _UNBALANCED = "unbalanced <tool_call> tags: write each call as <tool_call>{...}</tool_call>"
 _FENCE_LANGS = ("", "python", "py", "json", "tool_code", "tool_call")
 # any identifier, not only ASCII ones: a call with a look-alike name is rejected with a message, not taken for prose
-_CALL_START = re.compile(r"\A[^\W\d][\w.]*\s*\(")
+_CALL_START = re.compile(r"\A([^\W\d][\w.]*)\s*\(")
+
+
+def _starts_like_a_call(body: str) -> bool:
+    """Whether ``body`` opens as a call: an ASCII name and ``(``, or a look-alike name (one that
+    NFKC-normalises to ASCII, as Python's parser would read it). Other prose that opens with a
+    word and a bracket (``Voilà (done)``) is prose: no calls, as the same sentence in ASCII is."""
+    match = _CALL_START.match(body)
+    if match is None:
+        return False
+    name = match.group(1)
+    return name.isascii() or unicodedata.normalize("NFKC", name).isascii()
 
 
 class ToolCallError(ValueError):
@@ -168,7 +180,7 @@ def parse_response(text: str) -> ParsedResponse:
         if body.endswith("```"):
             body = body[:-3].strip()
     python_error = None
-    if body.startswith("[") or _CALL_START.match(body):
+    if body.startswith("[") or _starts_like_a_call(body):
         # call syntax first: if the whole body parses, any tag in it sits inside a string literal
         try:
             calls = parse_python(body)

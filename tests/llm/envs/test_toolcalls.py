@@ -103,7 +103,8 @@ def test_json_tool_calls_of_the_qwen_template(no_execution):
 
 
 @pytest.mark.parametrize("text", ["", "Done.", "I cannot do that: the file does not exist.", "[]", "```python\n[]\n```",
-                                  "<think>[cd(folder='x')]</think>All done."])
+                                  "<think>[cd(folder='x')]</think>All done.",
+                                  "Voilà (done)", "Готово (все файлы перемещены)"])  # prose whose first word is not a look-alike name
 def test_responses_without_calls(text, no_execution):
     parsed = parse_response(text)
     assert parsed.format is None and parsed.calls == []
