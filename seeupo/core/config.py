@@ -19,7 +19,15 @@ import typing
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, M_FACTORS, POLICY_LOSSES, TURN_ORDERS, Registry, adv_estimator
+from seeupo.core.registry import (
+    ADV_ESTIMATORS,
+    AGGREGATIONS,
+    M_FACTORS,
+    POLICY_LOSSES,
+    TURN_ORDERS,
+    Registry,
+    adv_estimator,
+)
 
 # The closed choices of the fields that are not registries: each list is spelled once, here, and
 # validation and error messages read it (``get_args``). The open choices (``advantage``,

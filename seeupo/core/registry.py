@@ -2,8 +2,8 @@
 aggregations, and the sequential schedule's turn orders and ``M`` factors.
 
 An algorithm of this toolkit names its pieces (``AlgorithmConfig.advantage``, ``.update``,
-``.aggregation``, ``.order``, ``.m_factor``); each name is an entry of a registry here. A new piece is one decorated
-function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
+``.aggregation``, ``.order``, ``.m_factor``); each name is an entry of a registry here. A new
+piece is one decorated function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
 
     @register_adv_est("median_baseline", needs_group_stats=True, exact=False)
     def median_baseline(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
@@ -157,7 +157,7 @@ class Registry(Generic[E]):
         self._entries: dict[str, E] = {}
 
     def register(self, name: str, **options: Any) -> Callable[[F], F]:
-        """A decorator: register the decorated function as entry ``name`` with ``options`` (the entry type's other fields)."""
+        """A decorator registering its function as entry ``name``; ``options``: the entry type's other fields."""
 
         def decorate(fn: F) -> F:
             self.add(name, self.entry(name, fn, **options))
@@ -233,12 +233,12 @@ def register_aggregation(name: str) -> Callable[[F], F]:
 
 
 def register_turn_order(name: str) -> Callable[[F], F]:
-    """Register the decorated function as the turn order ``name`` (``AlgorithmConfig.order``; see the module docstring)."""
+    """Register the decorated function as the turn order ``name`` (``AlgorithmConfig.order``; module docstring)."""
     return TURN_ORDERS.register(name)
 
 
 def register_m_factor(name: str, *, uses_ratio: bool = True) -> Callable[[F], F]:
-    """Register the decorated function as the ``M`` factor rule ``name`` (``AlgorithmConfig.m_factor``; see :class:`MFactor`)."""
+    """Register the decorated function as the ``M`` factor ``name`` (``AlgorithmConfig.m_factor``; :class:`MFactor`)."""
     return M_FACTORS.register(name, uses_ratio=uses_ratio)
 
 

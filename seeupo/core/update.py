@@ -71,7 +71,9 @@ def turn_order(cfg: AlgorithmConfig, num_turns: int, generator: torch.Generator 
     registered turn order ``cfg.order`` (:func:`seeupo.core.registry.register_turn_order`)."""
     order = list(TURN_ORDERS.get(cfg.order).fn(num_turns, cfg, generator))
     if sorted(order) != list(range(num_turns)):
-        raise ValueError(f"AlgorithmConfig.order={cfg.order!r} gives {order}, not a permutation of the turns 0..{num_turns - 1}")
+        raise ValueError(
+            f"AlgorithmConfig.order={cfg.order!r} gives {order}, not a permutation of the turns 0..{num_turns - 1}"
+        )
     return order
 
 
@@ -283,7 +285,8 @@ def _optimizer_step(
         sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass], dtype=torch.float64, device="cpu"))
         objective_sum, kl_sum, clipped_mass = sums.tolist()
     params = [p for p in policy.parameters() if p.grad is not None]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm if settings.max_grad_norm is not None else math.inf))
+    max_norm = settings.max_grad_norm if settings.max_grad_norm is not None else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if math.isfinite(objective_sum) and math.isfinite(kl_sum) and math.isfinite(grad_norm):
         optimizer.step()
     else:  # a non-finite loss or gradient would poison the parameters: skip the step
@@ -447,8 +450,8 @@ def sequential_sweep(
     for i, t in enumerate(order):
         rows = batch.turn == t
         update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])  # M_t = A * F[traj]
-        if i + 1 < len(order):
-            factor = next_factor(factor, policy, batch, order[: i + 1], cfg, dp)
+        if i + 1 < len(order):  # no update reads F after the last turn
+            factor = next_factor(factor, policy, batch, order[: i + 1], cfg, dp)  # F[traj] <- m_factor(F, ratio_t)
     return order, factor
 
 
@@ -489,5 +492,7 @@ def policy_update(
         steps(torch.ones_like(batch.valid), advantages)
         return stats
     steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
-    stats.turn_order, stats.factor = sequential_sweep(policy, batch, advantages, cfg, steps, settings.generator, settings.dp)
+    stats.turn_order, stats.factor = sequential_sweep(
+        policy, batch, advantages, cfg, steps, settings.generator, settings.dp
+    )
     return stats

@@ -30,7 +30,9 @@ import torch
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.parallel import DataParallel, owned, score_rows
 from seeupo.core.registry import adv_estimator
-from seeupo.core.update import UpdateSettings, UpdateStats, compute_advantages, current_factor, final_factor, policy_update
+from seeupo.core.update import (
+    UpdateSettings, UpdateStats, compute_advantages, current_factor, final_factor, policy_update,
+)
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
 from seeupo.llm.checkpoint import (
     latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, saved_run_config, set_rng_state,
