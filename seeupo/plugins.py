@@ -97,9 +97,9 @@ def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, .
 
 def _import(key: str, path: Path | None, field: str) -> None:
     """Import the plugin; on any failure, undo the registrations it made so that the process stays usable."""
-    from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, NameClash
+    from seeupo.core.config import REGISTRIES as registries
+    from seeupo.core.registry import NameClash
 
-    registries = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)
     before = [set(r.names()) for r in registries]
     module_name = key
     try:
