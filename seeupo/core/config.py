@@ -102,8 +102,8 @@ class AlgorithmConfig:
         factor recorded right after each turn's update. With independent per-turn parameters the
         two are equal; with parameters shared across turns (a language model) a later update
         moves the earlier turns' policies too, the recorded factor goes stale, and the refreshed
-        one is the ratio HAML's identity asks for. Costs one extra no-grad pass over the updated
-        turns' rows per turn.
+        one is the ratio HAML's identity asks for. Before each turn it makes a no-grad pass over
+        the updated turns' rows, in place of the recorded factor's pass over the last one's.
       m_alignment: ``"trajectory"`` (``M`` keyed by trajectory id: correct) or ``"shuffled"``,
         which reproduces the reference code's defect (PAPER.md §5): ``M`` is positional while
         each turn batch is re-ordered, so every trajectory receives the factor of a random
