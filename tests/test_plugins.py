@@ -11,7 +11,7 @@ import pytest
 
 from seeupo import plugins
 from seeupo.cli import main
-from seeupo.core.registry import AGGREGATIONS, adv_estimator
+from seeupo.core.registry import AGGREGATIONS, TURN_ORDERS, adv_estimator
 
 SMALL = ["rollout.tasks_per_step=2", "algorithm.group_size=2", "env.options.warmup_steps=0", "env.options.num_tasks=4",
          "logging.progress=false", "steps=1", "checkpoint.every=1"]
@@ -123,8 +123,9 @@ def test_missing_plugin_file_or_module_is_one_line(tmp_path, capsys):
 def test_clash_with_a_builtin_is_one_line_naming_both_and_leaves_nothing_behind(tmp_path, capsys):
     plugin = tmp_path / "clash.py"
     plugin.write_text(
-        "from seeupo.core.registry import register_adv_est, register_aggregation\n"
+        "from seeupo.core.registry import register_adv_est, register_aggregation, register_turn_order\n"
         "@register_aggregation('my_sum')\ndef my_sum(n_tokens, weight):\n    return weight, weight\n"
+        "@register_turn_order('my_order')\ndef my_order(num_turns, cfg, generator):\n    return list(range(num_turns))\n"
         "@register_adv_est('grae')\ndef grae(batch, cfg, **kw):\n    return None\n"
     )
     builtin = adv_estimator("grae").fn
@@ -132,7 +133,7 @@ def test_clash_with_a_builtin_is_one_line_naming_both_and_leaves_nothing_behind(
     err = _one_line_error(capsys)
     assert "'grae' is already registered" in err and "seeupo.core.builtins.grae" in err and str(plugin.resolve()) in err
     assert adv_estimator("grae").fn is builtin
-    assert "my_sum" not in AGGREGATIONS  # the plugin's earlier registration was undone
+    assert "my_sum" not in AGGREGATIONS and "my_order" not in TURN_ORDERS  # the plugin's earlier registrations were undone
 
 
 def test_loading_the_same_file_twice_is_a_no_op(tmp_path):
