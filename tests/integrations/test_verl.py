@@ -18,23 +18,27 @@ import torch
 
 pytestmark = pytest.mark.verl
 
-pytest.importorskip("verl", reason="verl is not installed (make test-verl builds an environment with verl==0.9.1)")
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.losses import policy_objective
+from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, register_adv_est, register_policy_loss
+from seeupo.core.update import compute_advantages
 
-from verl.trainer.ppo import core_algos  # noqa: E402
-from verl.workers.config import ActorConfig  # noqa: E402
+try:
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
 
-from seeupo.core.batch import SampleBatch  # noqa: E402
-from seeupo.core.config import AlgorithmConfig, preset  # noqa: E402
-from seeupo.core.losses import policy_objective  # noqa: E402
-from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, register_adv_est, register_policy_loss  # noqa: E402
-from seeupo.core.update import compute_advantages  # noqa: E402
-from seeupo.integrations.verl import LOSS_AGG_MODES, register_in_verl  # noqa: E402
+    from seeupo.integrations.verl import LOSS_AGG_MODES, register_in_verl
+except ImportError:  # `make test` deselects this module; elsewhere each test skips with the reason
+    core_algos = None
 
 SEEDS = range(6)
 # absolute tolerance of a comparison in each dtype (values are O(1)); float32: seeupo's group std comes
 # from the group's sum and sum of squares, which cancel more than torch.std's two passes (measured: 2e-6)
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 DTYPES = (torch.float32, torch.float64)
+# verl's loss_agg_mode names that have a seeupo aggregation (the same name with "_" for "-")
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +50,8 @@ def _float64_default():
 @pytest.fixture(autouse=True)
 def _clean_verl_registries():
     """Each test starts from verl's own registries: what a test exports is removed after it."""
+    if core_algos is None:
+        pytest.skip("verl is not installed (make test-verl builds an environment with verl==0.9.1)")
     adv, loss = dict(core_algos.ADV_ESTIMATOR_REGISTRY), dict(core_algos.POLICY_LOSS_REGISTRY)
     yield
     for registry, before in ((core_algos.ADV_ESTIMATOR_REGISTRY, adv), (core_algos.POLICY_LOSS_REGISTRY, loss)):
@@ -267,7 +273,7 @@ def seeupo_loss(old, new, adv, mask, mode, config, cfg: AlgorithmConfig, update:
     objective, stats = policy_objective(
         new, batch, adv, update=update, ratio_level=cfg.ratio_level, ratio_scope=cfg.ratio_scope,
         length_norm=cfg.length_norm, clip_eps_low=config.clip_ratio_low, clip_eps_high=config.clip_ratio_high,
-        dual_clip=config.clip_ratio_c, aggregation=LOSS_AGG_MODES[mode][0],
+        dual_clip=config.clip_ratio_c, aggregation=mode.replace("-", "_"),
     )
     (grad,) = torch.autograd.grad(-objective, new)
     return -objective.detach(), grad, stats
@@ -285,7 +291,7 @@ def assert_loss_close(a, b, dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", list(LOSS_AGG_MODES))
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("with_global_info", [False, True])
 def test_token_ppo_through_verl_equals_seeupo_and_vanilla(mode, dtype, with_global_info):
     cfg = AlgorithmConfig(update="ppo", ratio_level="token")
@@ -309,7 +315,7 @@ def test_token_ppo_through_verl_equals_seeupo_and_vanilla(mode, dtype, with_glob
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", list(LOSS_AGG_MODES))
+@pytest.mark.parametrize("mode", MODES)
 def test_sequence_ppo_through_verl_equals_seeupo_and_gspo(mode, dtype):
     # GSPO: our length-normalised sequence ratio; verl's "gspo" has no dual clip, so clip_ratio_c is
     # set out of reach; the advantage is one value per response (outcome estimators)
@@ -328,7 +334,7 @@ def test_sequence_ppo_through_verl_equals_seeupo_and_gspo(mode, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", list(LOSS_AGG_MODES))
+@pytest.mark.parametrize("mode", MODES)
 def test_reinforce_through_verl_equals_seeupo_and_verl_reinforce(mode, dtype):
     cfg = AlgorithmConfig(update="reinforce")
     exported = register_in_verl(cfg)
@@ -345,6 +351,7 @@ def test_reinforce_through_verl_equals_seeupo_and_verl_reinforce(mode, dtype):
 
 
 def test_loss_refuses_what_does_not_map():
+    assert {mode: agg for mode, (agg, _) in LOSS_AGG_MODES.items()} == {m: m.replace("-", "_") for m in MODES}
     register_in_verl()
     fn = core_algos.get_policy_loss_fn("ppo")
     old, new, adv, mask = random_step(0, torch.float64)
