@@ -11,6 +11,10 @@ meaning where there is one.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -397,3 +401,28 @@ def test_verl_names_are_not_replaced_and_prefix_exports_under_another_name():
         assert torch.allclose(adv, theirs, rtol=0, atol=1e-12)
     finally:
         POLICY_LOSSES.remove(name)
+
+
+def test_export_module_named_in_verl_use_external_modules_registers_on_import_verl(tmp_path):
+    # how docs/verl.md makes verl's other processes (Ray workers) export too: verl imports the
+    # modules named in VERL_USE_EXTERNAL_MODULES when `import verl` runs
+    (tmp_path / "my_seeupo_verl.py").write_text(textwrap.dedent("""
+        from seeupo.core.config import preset
+        from seeupo.integrations.verl import register_in_verl
+
+        register_in_verl(preset("grpo"))
+    """))
+    probe = (
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "print(core_algos.get_adv_estimator_fn('grae').__doc__.split(':')[0])\n"
+        "print(core_algos.get_policy_loss_fn('ppo').__doc__.split(':')[0])\n"
+    )
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="my_seeupo_verl",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [
+        "seeupo's advantage estimator 'grae' with verl's signature",
+        "seeupo's policy loss 'ppo' with verl's signature",
+    ]
