@@ -46,6 +46,7 @@ try:
 except ImportError:
     raise ImportError("seeupo.integrations.verl needs verl, which is not installed: pip install 'verl==0.9.1'") from None
 
+import numpy as np
 import torch
 
 from seeupo.core.batch import SampleBatch
@@ -109,7 +110,7 @@ def register_in_verl(
       :class:`Exported`.
     """
     cfg = _checked(cfg)
-    exported: dict[str, dict[str, str]] = {"adv": {}, "loss": {}}
+    plan: list[tuple[str, str, str]] = []  # (kind, verl name, seeupo name), registered once all are checked
     skipped: dict[str, str] = {}
     kinds = (
         ("adv", "advantage estimator", ADV_ESTIMATORS.names(), adv_estimators, _verl.ADV_ESTIMATOR_REGISTRY),
@@ -128,19 +129,22 @@ def register_in_verl(
             if reason is None and existing is not None and not hasattr(existing, _MARK):
                 where = f"{getattr(existing, '__module__', '?')}.{getattr(existing, '__qualname__', existing)}"
                 reason = f"verl already registers {verl_name!r} ({where}); export it with a prefix"
-            if reason is not None:
-                if explicit:
-                    raise ValueError(f"{label} {name!r} cannot be exported to verl: {reason}")
-                skipped[f"{label} {name!r}"] = reason
-                continue
-            adapter = verl_adv_estimator(name, cfg) if kind == "adv" else verl_policy_loss(name, cfg)
-            # an earlier export of ours is replaced directly: verl's register_adv_est refuses any second function
-            verl_registry.pop(verl_name, None)
-            if kind == "adv":
-                _verl.register_adv_est(verl_name)(adapter)
+            if reason is None:
+                plan.append((kind, verl_name, name))
+            elif explicit:  # nothing is registered yet
+                raise ValueError(f"{label} {name!r} cannot be exported to verl: {reason}")
             else:
-                _verl.register_policy_loss(verl_name)(adapter)
-            exported[kind][verl_name] = name
+                skipped[f"{label} {name!r}"] = reason
+    exported: dict[str, dict[str, str]] = {"adv": {}, "loss": {}}
+    for kind, verl_name, name in plan:
+        if kind == "adv":
+            # an earlier export of ours is replaced: verl's register_adv_est refuses any second function
+            _verl.ADV_ESTIMATOR_REGISTRY.pop(verl_name, None)
+            _verl.register_adv_est(verl_name)(verl_adv_estimator(name, cfg))
+        else:
+            _verl.POLICY_LOSS_REGISTRY.pop(verl_name, None)
+            _verl.register_policy_loss(verl_name)(verl_policy_loss(name, cfg))
+        exported[kind][verl_name] = name
     return Exported(exported["adv"], exported["loss"], skipped)
 
 
@@ -295,9 +299,14 @@ def _adv_refusal(entry: AdvantageEstimator) -> str | None:
 
 
 def _groups(index: Any, device: torch.device) -> tuple[Tensor, int]:
-    """Dense group ids from verl's per-response uids (in order of first appearance) and the common group size."""
+    """Dense group ids from verl's per-response uids (in order of first appearance) and the common group size.
+
+    ``index`` is verl's ``uid`` array (strings, dtype object) or any sequence of hashable ids, a
+    tensor of ids included.
+    """
     dense: dict[Any, int] = {}
-    ids = [dense.setdefault(uid, len(dense)) for uid in list(index)]
+    uids = index.tolist() if isinstance(index, (torch.Tensor, np.ndarray)) else list(index)  # tensors hash by identity
+    ids = [dense.setdefault(uid, len(dense)) for uid in uids]
     group_id = torch.tensor(ids, dtype=torch.long, device=device)
     sizes = torch.bincount(group_id).unique().tolist()
     if len(sizes) != 1:

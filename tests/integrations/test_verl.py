@@ -188,8 +188,10 @@ def test_estimators_that_cannot_run_in_verl_are_skipped_or_refused():
     assert "critic" in exported.skipped["advantage estimator 'gae'"]
     assert "oracle" not in core_algos.ADV_ESTIMATOR_REGISTRY
     assert core_algos.get_adv_estimator_fn("gae") is core_algos.compute_gae_advantage_return  # verl's own, untouched
+    before = dict(core_algos.ADV_ESTIMATOR_REGISTRY), dict(core_algos.POLICY_LOSS_REGISTRY)
     with pytest.raises(ValueError, match="'gae' cannot be exported to verl: it needs critic values"):
-        register_in_verl(adv_estimators=["gae"])
+        register_in_verl(adv_estimators=["grae", "gae"], policy_losses=["ppo"], prefix="x_")
+    assert (core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.POLICY_LOSS_REGISTRY) == before  # nothing half-exported
     with pytest.raises(ValueError, match="not a registered advantage estimator"):
         register_in_verl(adv_estimators=["no_such_estimator"])
     with pytest.raises(ValueError, match="schedule='sequential' does not carry over"):
@@ -202,6 +204,13 @@ def test_unequal_groups_and_missing_uids_are_one_line_errors():
     rewards, mask = torch.randn(5, 3), torch.ones(5, 3, dtype=torch.int64)
     with pytest.raises(ValueError, match=r"same number of responses, got \[2, 3\]"):
         fn(token_level_rewards=rewards, response_mask=mask, index=np.array(list("aabbb"), dtype=object))
+    with pytest.raises(ValueError, match=r"same number of responses, got \[2, 3\]"):
+        fn(token_level_rewards=rewards, response_mask=mask, index=torch.tensor([7, 7, 3, 3, 3]))
+    # a tensor of ids groups like verl's uid strings
+    six, six_mask = torch.randn(6, 3), torch.ones(6, 3, dtype=torch.int64)
+    by_tensor, _ = fn(token_level_rewards=six, response_mask=six_mask, index=torch.tensor([5, 2, 5, 2, 5, 2]))
+    by_uid, _ = fn(token_level_rewards=six, response_mask=six_mask, index=np.array(list("ababab"), dtype=object))
+    assert torch.equal(by_tensor, by_uid)
     with pytest.raises(ValueError, match="needs verl's prompt uids"):
         fn(token_level_rewards=rewards, response_mask=mask)
     with pytest.raises(ValueError, match="at least 2 responses per prompt"):
