@@ -431,3 +431,33 @@ def test_export_module_named_in_verl_use_external_modules_registers_on_import_ve
         "seeupo's advantage estimator 'grae' with verl's signature",
         "seeupo's policy loss 'ppo' with verl's signature",
     ]
+
+
+def test_new_algorithm_doc_export_block_runs(tmp_path):
+    """docs/new_algorithm.md §4: its plugin, exported by its own verl block, runs in verl's registry."""
+    import re
+    from pathlib import Path
+
+    from seeupo import plugins
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "new_algorithm.md").read_text()
+    python = re.findall(r"^```python[ \t]*\n(.*?)^```[ \t]*$", doc, re.DOTALL | re.MULTILINE)
+    plugin = next(b for b in python if "register_adv_est" in b)
+    export = next(b for b in python if b.startswith("# needs verl"))
+    (tmp_path / "my_median.py").write_text(plugin)
+    plugins.forget_plugins()
+    try:
+        plugins.load_plugin(str(tmp_path / "my_median.py"))
+        namespace: dict[str, object] = {}
+        exec(compile(export, "docs/new_algorithm.md (verl block)", "exec"), namespace)  # noqa: S102 - our own docs
+        assert namespace["exported"].adv_estimators == {"median_baseline": "median_baseline"}
+        fn = core_algos.get_adv_estimator_fn("median_baseline")
+        rewards, mask, uids, size = random_rollouts(0, torch.float64)
+        adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uids, config=None)
+        returns = rewards.sum(-1)
+        for uid in set(uids.tolist()):
+            rows = torch.from_numpy(uids == uid)
+            want = (returns[rows] - returns[rows].quantile(0.5))[:, None] * mask[rows]
+            assert torch.allclose(adv[rows], want.to(adv.dtype), rtol=0, atol=1e-12)
+    finally:
+        plugins.forget_plugins()
