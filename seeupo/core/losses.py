@@ -17,11 +17,12 @@ with the dual clip of Ye et al. 2020 (``max(., c * A)`` for ``A < 0``) as an opt
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import get_args
 
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
+from seeupo.core.config import KlEstimator, RatioLevel, RatioScope
 from seeupo.core.registry import LossSettings, aggregation as aggregation_entry, policy_loss
 
 Tensor = torch.Tensor
@@ -61,7 +62,7 @@ def clipped_surrogate(
     return obj
 
 
-def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: Literal["k1", "k3"]) -> Tensor:
+def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: KlEstimator) -> Tensor:
     """Per-token estimate of ``KL(pi || pi_ref)`` from samples of ``pi`` (Schulman 2020).
 
     ``k1 = log pi - log pi_ref``; ``k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1``
@@ -72,7 +73,7 @@ def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: Literal["k1", "k3"]) -
     if estimator == "k3":
         log_r = logp_ref - logp
         return torch.exp(log_r) - log_r - 1.0
-    raise ValueError(f"unknown KL estimator {estimator!r}; expected 'k1' or 'k3'")
+    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {get_args(KlEstimator)}")
 
 
 def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
@@ -137,13 +138,13 @@ def ppo_surrogate(logp_new: Tensor, batch: SampleBatch, adv: Tensor, settings: L
                 logp_new, batch.logp_old, mask, batch.traj_id, length_norm=settings.length_norm
             )
         else:
-            raise ValueError(f"unknown ratio scope {settings.ratio_scope!r}; expected 'turn' or 'trajectory'")
+            raise ValueError(f"unknown ratio scope {settings.ratio_scope!r}; expected one of {get_args(RatioScope)}")
         log_ratio = row_log_ratio[:, None].expand_as(logp_new)
         # one advantage per sequence: the mean of its tokens' advantages
         row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
         token_adv = row_adv[:, None].expand_as(adv)
     else:
-        raise ValueError(f"unknown ratio level {settings.ratio_level!r}; expected 'token' or 'sequence'")
+        raise ValueError(f"unknown ratio level {settings.ratio_level!r}; expected one of {get_args(RatioLevel)}")
     # placeholders and padding: ratio 1, no gradient
     log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
     ratio = torch.exp(log_ratio)
