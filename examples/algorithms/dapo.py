@@ -98,7 +98,8 @@ def dapo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
     tokens = (batch.token_mask & batch.valid[:, None]).sum(1).to(adv.dtype) * batch.weight.to(adv.dtype)
     n_all = segment_sum(tokens, batch.instance, batch.num_instances)
     n_inf = segment_sum(tokens * informative[batch.traj_id], batch.instance, batch.num_instances)
-    rescale = n_all / n_inf.clamp_min(torch.finfo(adv.dtype).tiny)  # no informative group: every A is 0 anyway
+    # no informative group: every advantage is 0 already (and 0 * N / 0 would be nan)
+    rescale = torch.where(n_inf > 0, n_all / torch.where(n_inf > 0, n_inf, 1.0), 0.0)
     return broadcast_to_tokens(adv[batch.traj_id] * rescale[batch.instance], batch)
 
 
