@@ -11,7 +11,8 @@ DAPO maximises, for a question with ``G`` sampled responses ``o_i`` of returns `
 Implemented (:func:`config`):
 
 * clip-higher: ``clip_eps_low=0.2``, ``clip_eps_high=0.28`` (built-in config fields);
-* the token-level loss ``1 / sum_i |o_i|``: ``aggregation="token_mean"`` (built in);
+* the token-level loss ``1 / sum_i |o_i|``: ``aggregation="token_mean"`` (built in; like verl's
+  token-level loss it averages over every token of the batch, not of one group);
 * no KL term: ``kl_coef=0``;
 * dynamic sampling: the ``"dapo"`` estimator below.
 
@@ -26,8 +27,9 @@ of the whole batch times ``N / N_inf``. Hence the estimator::
 
 which, with ``token_mean`` and the clipped surrogate (positively homogeneous in ``A``), gives
 *exactly* the objective and gradient of this batch with its degenerate groups filtered out.
-Refilling the batch to ``B`` informative groups changes only the variance: both are token means
-over informative groups, with the same infinite-batch limit ``E[sum obj; inf] / E[tokens; inf]``.
+Refilling the batch to ``B`` informative groups changes only how many groups are averaged (the
+variance, and the finite-batch bias of a ratio of sums): both are token means over informative
+groups, with the same infinite-batch limit ``E[sum obj; inf] / E[tokens; inf]``.
 In exact mode (weights = probabilities) ``N / N_inf = E[tokens] / E[tokens; informative]``, so the
 exact objective is that limit; with fixed-length actions it is ``1 / P(group informative)``.
 

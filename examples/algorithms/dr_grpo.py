@@ -7,11 +7,11 @@ Dr. GRPO removes two normalisers from GRPO's objective:
 
 1. the group std of the advantage (a question-level difficulty bias): ``A_i = R_i - mean_j R_j``.
    That is the built-in ``grae`` estimator with ``grae_scale="none"``: nothing to register.
-2. the per-response length ``1/|o_i|`` (a response-level length bias). The objective becomes
-   ``(1/G) sum_i sum_t obj_it / MAX_TOKENS``: each response's token *sum* divided by a
-   constant, the generation budget (the authors' code aggregates with ``masked_sum(...,
-   constant_normalizer=generate_max_length)`` per response, then averages over responses).
-   That is the aggregation registered here, in the registry's ``(per_row, den_terms)`` form::
+2. the per-response length ``1/|o_i|`` (a response-level length bias): the objective sums the
+   tokens of each response instead of averaging them, and the authors' code divides that sum by
+   a constant, the generation budget (``masked_sum(..., constant_normalizer=generate_max_length)``
+   per response, then a mean over responses). That is the aggregation registered here, in the
+   registry's ``(per_row, den_terms)`` form::
 
        aggregate = sum_i w_i sum_j x_ij / (MAX_TOKENS * sum_k w_k)      (c_i = w_i / (MAX_TOKENS sum_k w_k))
 

@@ -67,7 +67,7 @@ EPS = 1e-6
 
 @register_adv_est("mt_grpo", needs_group_stats=True)
 def mt_grpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
-    """MT-GRPO: GRPO's outcome advantage plus LAMBDA x the turn's reward standardised within its group (all turns but the last)."""
+    """MT-GRPO: GRPO's outcome advantage plus LAMBDA x each non-final turn's reward standardised within its group."""
     if group_stats is not None:
         raise ValueError("mt_grpo needs the group-mates' per-turn rewards, not (group_sum, group_sumsq) of returns: "
                          "use the sampled mode or an exact mode that passes whole groups")

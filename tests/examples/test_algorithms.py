@@ -32,7 +32,7 @@ def load():
     def _load(stem: str):
         key = plugins.load_plugin(str(ALGORITHMS / f"{stem}.py")).name
         loaded.append(key)
-        return next(m for n, m in sys.modules.items() if n.startswith("seeupo_plugin_") and getattr(m, "__file__", None) == key)
+        return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == key)
 
     yield _load
     for registry in (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS):
@@ -80,7 +80,8 @@ def test_dr_grpo_aggregation_divides_token_sums_by_the_constant_budget(load):
     coef = row_coefficients(batch, "dr_grpo_token_sum")
     torch.testing.assert_close(coef, torch.tensor([1 / (2 * M), 1 / (2 * M), 0.5 / (0.5 * M), 0.0], dtype=DT))
     ones = torch.ones(4, 5, dtype=DT)
-    torch.testing.assert_close(aggregate(ones, batch, "dr_grpo_token_sum"), torch.tensor((3 + 5) / (2 * M) + 2 / M, dtype=DT))
+    expected = torch.tensor((3 + 5) / (2 * M) + 2 / M, dtype=DT)
+    torch.testing.assert_close(aggregate(ones, batch, "dr_grpo_token_sum"), expected)
     # the same as the built-in sequence mean of token sums, divided by the constant
     torch.testing.assert_close(coef * M, row_coefficients(batch, "seq_mean_token_sum"))
 
@@ -99,7 +100,8 @@ def test_dr_grpo_config_has_no_std_scaling(load):
 def test_dapo_zeroes_degenerate_groups_and_rescales_by_the_informative_share(load):
     dapo = load("dapo")
     cfg = dapo.config()
-    assert (cfg.advantage, cfg.clip_eps_low, cfg.clip_eps_high, cfg.aggregation, cfg.kl_coef) == ("dapo", 0.2, 0.28, "token_mean", 0.0)
+    settings = (cfg.advantage, cfg.clip_eps_low, cfg.clip_eps_high, cfg.aggregation, cfg.kl_coef)
+    assert settings == ("dapo", 0.2, 0.28, "token_mean", 0.0)
     # group 0: returns 1, 0, 0, 0 (mean 1/4, unbiased std 1/2); group 1: all 1 (degenerate)
     adv = compute_advantages(two_groups([1.0, 0.0, 0.0, 0.0] + [1.0] * 4), cfg)[:, 0]
     grpo = torch.tensor([0.75, -0.25, -0.25, -0.25], dtype=DT) / (0.5 + EPS)
@@ -121,7 +123,9 @@ def test_dapo_with_token_mean_is_the_objective_of_the_filtered_batch(load):
     objectives, grads = [], []
     for batch, adv in ((full, compute_advantages(full, cfg)), (kept, compute_advantages(kept, preset("grpo")))):
         theta = logp[: batch.num_rows].clone().requires_grad_(True)
-        obj, _ = policy_objective(theta, batch, adv, update="ppo", clip_eps_low=0.2, clip_eps_high=0.28, aggregation="token_mean")
+        obj, _ = policy_objective(
+            theta, batch, adv, update="ppo", clip_eps_low=0.2, clip_eps_high=0.28, aggregation="token_mean"
+        )
         obj.backward()
         objectives.append(obj.detach())
         grads.append(theta.grad * batch.token_mask)
@@ -149,7 +153,8 @@ def test_dapo_group_stats_form_gives_the_same_advantages(load):
     r = torch.tensor(returns, dtype=DT)
     stats = (torch.tensor([1.5] * 4 + [2.0] * 4, dtype=DT), torch.tensor([1.25] * 4 + [1.0] * 4, dtype=DT))
     assert torch.allclose(stats[0], torch.cat([r[:4].sum().repeat(4), r[4:].sum().repeat(4)]))
-    torch.testing.assert_close(compute_advantages(own_group, dapo.config(), group_stats=stats), compute_advantages(batch, dapo.config()))
+    from_stats = compute_advantages(own_group, dapo.config(), group_stats=stats)
+    torch.testing.assert_close(from_stats, compute_advantages(batch, dapo.config()))
     with pytest.raises(ValueError, match="group_std"):  # without it the engine does not track the sum of squares
         compute_advantages(own_group, dapo.config(grae_scale="none"), group_stats=stats)
 
@@ -220,8 +225,10 @@ def test_sampled_run_on_a_token_bandit_completes_and_improves(load, stem):
 
 def test_mt_grpo_is_grpo_without_turn_rewards_and_differs_with_them(load):
     cfg = load("mt_grpo").config()
-    sgd = RunConfig(mode="sampled", iterations=4, tasks=8, seed=0, optimizer="sgd", lr=1.0)  # Adam's first step is sign(g)
-    assert torch.equal(run(bandit(), cfg, sgd).J, run(bandit(), preset("grpo"), sgd).J)  # reward after the last turn only
+    # SGD: Adam's first step from a fresh state is lr * sign(gradient), blind to most changes of scale
+    sgd = RunConfig(mode="sampled", iterations=4, tasks=8, seed=0, optimizer="sgd", lr=1.0)
+    # a token bandit pays only after the last turn: every turn term is 0
+    assert torch.equal(run(bandit(), cfg, sgd).J, run(bandit(), preset("grpo"), sgd).J)
     tree = random_tree_mdp(3, (2, 2), (2, 1), reward_levels=3, generator=torch.Generator().manual_seed(0))
     j_mt, j_grpo = run(tree, cfg, sgd).J, run(tree, preset("grpo"), sgd).J
     assert bool(torch.isfinite(j_mt).all()) and not torch.allclose(j_mt, j_grpo)
@@ -240,3 +247,32 @@ def test_exact_run_completes(load, stem):
     cfg = load(stem).config()
     history = run(bandit(), cfg, RunConfig(mode="exact", iterations=4, seed=0))
     assert bool(torch.isfinite(history.J).all()) and float(history.J[-1].mean()) > float(history.J[0].mean())
+
+
+# ---- the command line of each docstring
+
+
+SMALL = ["rollout.tasks_per_step=2", "algorithm.group_size=2", "env.options.warmup_steps=0", "env.options.num_tasks=4",
+         "steps=1"]
+FLAGS = {
+    "dr_grpo": ["algorithm.preset=grpo", "algorithm.grae_scale=none", "algorithm.aggregation=dr_grpo_token_sum"],
+    "dapo": ["algorithm.preset=grpo", "algorithm.advantage=dapo", "algorithm.clip_eps_high=0.28", "algorithm.kl_coef=0"],
+    "mt_grpo": ["algorithm.preset=grpo", "algorithm.advantage=mt_grpo"],
+}
+
+
+@pytest.mark.parametrize("stem", sorted(FLAGS))
+def test_seeupo_train_runs_with_the_plugin(load, tmp_path, stem):
+    import yaml
+
+    from seeupo.cli import main
+
+    load(stem)  # the fixture unregisters it afterwards; the command line finds it loaded
+    plugin = str(ALGORITHMS / f"{stem}.py")
+    sets = [a for s in SMALL + FLAGS[stem] for a in ("--set", s)]
+    assert main(["train", "--plugin", plugin, "--out", str(tmp_path / "run"), "--no-progress", *sets]) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    for setting in FLAGS[stem][1:]:
+        field, value = setting.removeprefix("algorithm.").split("=")
+        assert saved["algorithm"][field] == yaml.safe_load(value)
+    assert saved["plugins"][0].startswith(str(Path(plugin).resolve()) + "@sha256:")
