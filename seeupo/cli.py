@@ -6,6 +6,7 @@
     seeupo presets [NAME] [--all]          the algorithm presets: how they differ, or one preset's settings
     seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
+    seeupo check NAME [--plugin FILE]      one algorithm end to end: verify cells, searches, a bridge run; a report
     seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
     seeupo figures [NAMES] [--quick]       regenerate the figures (figures/NAME.png and its data, NAME.json)
 
@@ -74,6 +75,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
+    if args.algorithms:
+        unknown = [n for n in args.algorithms if n not in PRESETS]
+        if unknown:
+            raise UsageError(f"argument --algorithms: unknown algorithms {unknown}; choose from {sorted(PRESETS)} "
+                             "(--plugin FILE adds the presets a plugin registers)")
+        _check_tabular(args.algorithms, "--algorithms")
+        overrides |= {"algorithms": tuple(args.algorithms), "plugins": args.plugins_loaded}
     cfg = base.__class__(**{**base.__dict__, **overrides})
     histories = cfg.instances * (cfg.vocab_size ** cfg.length) ** cfg.turns_mt if cfg.turns_mt <= 32 else MAX_CELLS + 1
     if histories > MAX_CELLS:
@@ -89,6 +97,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     print(markdown(report))
     print(f"Wrote {json_path} and {md_path}.")
     return 0
+
+
+def _check_tabular(names: list[str], flag: str) -> None:
+    """Refuse algorithms whose estimator the tabular engine cannot run (registered with tabular=False)."""
+    from seeupo.core.registry import adv_estimator
+
+    off = [n for n in names if not adv_estimator(PRESETS[n].advantage).tabular]
+    if off:
+        raise UsageError(f"argument {flag}: {off} use an advantage estimator registered with tabular=False")
 
 
 def _cmd_exact(args: argparse.Namespace) -> int:
@@ -184,6 +201,8 @@ def _print_choices() -> None:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
+    if args.name is not None and args.name not in PRESETS:
+        raise UsageError(f"argument name: unknown preset {args.name!r}; choose from {sorted(PRESETS)}")
     if args.choices:
         _print_choices()
         return 0
@@ -258,12 +277,25 @@ def search_names() -> list[tuple[str, str]]:
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SearchSpec" and len(node.args) >= 3:
-            name, _claim, description = (ast.literal_eval(a) for a in node.args[:3])
+            try:
+                name, _claim, description = (ast.literal_eval(a) for a in node.args[:3])
+            except ValueError:  # a spec built from variables (algorithm_searches) is not one of the registered
+                continue
             out.append((name, description))
     return out
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    if args.algorithm is not None:
+        if args.algorithm not in PRESETS:
+            raise UsageError(f"argument --algorithm: unknown algorithm {args.algorithm!r}; choose from {sorted(PRESETS)} "
+                             "(--plugin FILE adds the presets a plugin registers)")
+        _check_tabular([args.algorithm], "--algorithm")
+        if args.names:
+            raise UsageError("argument names: give search names or --algorithm, not both")
+        if args.update_paper_repro:
+            raise UsageError("argument --update-paper-repro: the committed searches are the paper's; "
+                             "write an algorithm's searches to --out")
     known = [name for name, _ in search_names()]
     unknown = [n for n in args.names if n not in known]
     if unknown:
@@ -284,9 +316,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
         existing = {e["search"]: e for e in entries}
 
     from seeupo.experiments.counterexamples import search
-    from seeupo.experiments.searches import SEARCHES, get
+    from seeupo.experiments.searches import SEARCHES, algorithm_searches, get
 
-    specs = [get(name) for name in args.names] if args.names else SEARCHES
+    if args.algorithm is not None:
+        specs = algorithm_searches(args.algorithm)
+    else:
+        specs = [get(name) for name in args.names] if args.names else SEARCHES
     summary = []
     for spec in specs:
         budget = args.max_examples or spec.max_examples
@@ -294,6 +329,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed)
         entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
                  "max_examples": budget, "seed": args.seed, "found": result.found is not None}
+        if args.plugins_loaded:
+            entry["plugins"] = list(args.plugins_loaded)
         if result.found is not None:
             path = out_dir / f"{spec.name}.json"
             result.found.save(path)
@@ -304,6 +341,26 @@ def _cmd_search(args: argparse.Namespace) -> int:
         summary.append(entry)
     existing |= {e["search"]: e for e in summary}
     index.write_text(dumps(list(existing.values()), indent=1) + "\n")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from seeupo.experiments.check import DEFAULT, QUICK, check, check_output, summary_line
+
+    if args.name not in PRESETS:
+        raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
+                         "(--plugin FILE adds the presets a plugin registers)")
+    _check_tabular([args.name], "name")
+    out = Path(args.out or f"results/check/{args.name}")
+    check_output(out, args.overwrite)
+    out = writable_dir(out, "--out")
+    budget = QUICK if args.quick else DEFAULT
+    if args.max_examples:
+        budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples})
+    say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
+    report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge, say=say)
+    print(summary_line(report))
+    print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
     return 0
 
 
@@ -435,8 +492,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 def _plugin_option(p: argparse.ArgumentParser) -> None:
     """``--plugin``, the same on every command that reads an algorithm (seeupo.plugins)."""
     p.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE",
-                   help="a .py file or module name to import first, so that the config may name the advantage "
-                        "estimators, policy losses and aggregations it registers (repeatable; adds to config plugins:)")
+                   help="a .py file or module name to import first, so that the command may name the algorithms, "
+                        "advantage estimators, policy losses and aggregations it registers (repeatable; for train "
+                        "and eval it adds to the config's plugins:); installed packages' plugins (entry-point group "
+                        "seeupo.plugins) are always loaded")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -457,6 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int_range(1, 256), help="worker processes, 1 to 256 (default 2)")
     p.add_argument("--seed", type=seed_int, help="seed of the random problems and runs")
     p.add_argument("--out", default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")
+    p.add_argument("--algorithms", type=comma_list(None), metavar="NAME,...",
+                   help="registered algorithms (presets; a plugin's too) to run instead of the grid")
+    _plugin_option(p)
     p.add_argument("--no-progress", action="store_true", help="do not print per-cell progress to stderr")
     p.set_defaults(func=_cmd_verify)
 
@@ -501,6 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "file was bad input, else 1 if any recorded J did not reproduce, else 0.")
     p.add_argument("files", nargs="+", help="counterexample JSON files")
     p.add_argument("--atol", type=nonnegative_float, default=1e-8, help="tolerance on each J, >= 0 (default 1e-8)")
+    _plugin_option(p)
     p.set_defaults(func=_cmd_replay)
 
     listing = "\n".join(f"  {name}\n      {description}" for name, description in search_names())
@@ -508,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the registered counterexample searches and save what they find.",
                        epilog=f"searches:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help="searches to run (default: all; listed below)")
+    p.add_argument("--algorithm", metavar="NAME",
+                   help="run the generic monotonicity searches of this registered algorithm (a preset; a plugin's too) "
+                        "instead of the paper's searches")
+    _plugin_option(p)
     p.add_argument("--max-examples", type=positive_int, help="cases per search, >= 1 (default: each search's own budget)")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--out", default="results/search",
@@ -515,6 +582,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-paper-repro", action="store_true",
                    help=f"write into the committed {PAPER_REPRO}/counterexamples and {PAPER_REPRO}/searches.json instead of --out")
     p.set_defaults(func=_cmd_search)
+
+    p = sub.add_parser("check", help="check one algorithm: verify cells, counterexample searches, a bridge run; a report",
+                       description="For a registered algorithm (a preset, or one a --plugin registers): the verify cells "
+                                   "(exact J on random problems), the generic monotonicity searches, and a short "
+                                   "language-model run on the bridge with exact J per step; writes OUT/check.md, "
+                                   "check.json and check.png (seeupo.experiments.check).")
+    p.add_argument("name", help="the algorithm: a preset name (seeupo presets lists them)")
+    _plugin_option(p)
+    p.add_argument("--quick", action="store_true", help="small budgets (a few minutes): for a first look")
+    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 60; --quick 8)")
+    p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
+    p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="delete an earlier check's files in --out first")
+    p.add_argument("--no-progress", action="store_true", help="do not print progress to stderr")
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("train", help="train a language model on a multi-turn environment",
                        description="Train a causal LM with any preset (seeupo.llm.trainer). The YAML config and "
@@ -566,16 +649,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the measured figures (default 0)")
     p.add_argument("--runs", nargs="+", metavar="DIR", help="run folders with metrics.jsonl for training_curves "
                                                            "(default: BFCL runs under runs/ and results/)")
+    _plugin_option(p)
     p.set_defaults(func=_cmd_figures)
 
     p = sub.add_parser("presets", help="the algorithm presets and how they differ",
                        description="Print a table of the settings that differ between presets, or every setting "
                                    "of one preset (NAME) or of all (--all).")
-    p.add_argument("name", nargs="?", choices=sorted(PRESETS), help="print every setting of this preset")
+    p.add_argument("name", nargs="?", help="print every setting of this preset (built in, or registered by a --plugin)")
     p.add_argument("--all", action="store_true", help="print every setting of every preset")
     p.add_argument("--choices", action="store_true",
                    help="print the allowed values of every choice setting: the registered advantage estimators, "
                         "policy losses and aggregations (with what each needs) and the fixed choices")
+    _plugin_option(p)
     p.set_defaults(func=_cmd_presets)
     return parser
 
@@ -583,6 +668,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if hasattr(args, "plugin"):  # installed packages' plugins first, then the command line's
+            from seeupo.plugins import entry_point_plugins, load_plugins
+
+            args.plugin = [*entry_point_plugins(), *args.plugin]
+            # train and eval load them with the run config (which records them)
+            args.plugins_loaded = () if args.command in ("train", "eval") else load_plugins(args.plugin, "--plugin")
         return args.func(args)
     except InputError as err:  # bad files, fields and flags (InstanceError is one); anything else is a bug
         print(f"seeupo {args.command}: error: {err}", file=sys.stderr)

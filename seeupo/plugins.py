@@ -10,6 +10,15 @@ name for a module) and the SHA-256 of the file's content. A run saves its plugin
 so resuming with an edited plugin is refused by the usual config comparison, and a spec given in
 that form is checked against the file before it is imported.
 
+Installed packages offer plugins through the entry-point group :data:`ENTRY_POINT_GROUP`
+(``seeupo.plugins``): in the package's ``pyproject.toml``::
+
+    [project.entry-points."seeupo.plugins"]
+    my_algorithms = "my_package.algorithms"
+
+Every command that reads an algorithm loads them before its own ``--plugin`` files
+(:func:`entry_point_plugins`), and records them like the others.
+
 Errors: a missing file or module is one line (:class:`~seeupo.validation.InputError`, exit 2);
 a name already registered (a built-in or another plugin) is one line naming both; an exception
 raised by the plugin's own code propagates with its traceback, since it is the author's bug to see.
@@ -53,7 +62,7 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
         raise _error(field, f"must be a path to a .py file or a module name, got {spec!r}")
     target, _, pinned = spec.partition(HASH_TAG)
     path = Path(target).expanduser()
-    is_file = target.endswith(".py") or "/" in target or "\\" in target or path.exists()
+    is_file = target.endswith(".py") or "/" in target or "\\" in target or path.is_file()
     if is_file:
         if not path.is_file():
             raise _error(field, f"no plugin file {target!r}")
@@ -69,7 +78,7 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
         if found is None:
             raise _error(field, f"no plugin file or importable module {target!r}")
         key, origin = target, found.origin
-        digest = _sha256(Path(origin)) if origin and Path(origin).is_file() else ""
+        digest = _module_sha256(Path(origin)) if origin and Path(origin).is_file() else ""
     if pinned and pinned != digest:
         raise _error(field, f"plugin {key} has changed since it was recorded (sha256 {pinned[:12]}... recorded, "
                                 f"{digest[:12]}... now)")
@@ -81,6 +90,11 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
     _import(key, path if is_file else None, field)
     _LOADED[key] = LoadedPlugin(key, digest)
     return _LOADED[key]
+
+
+def loaded_plugins() -> tuple[LoadedPlugin, ...]:
+    """The plugins loaded in this process so far, in load order."""
+    return tuple(_LOADED.values())
 
 
 def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
@@ -97,10 +111,12 @@ def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, .
 
 def _import(key: str, path: Path | None, field: str) -> None:
     """Import the plugin; on any failure, undo the registrations it made so that the process stays usable."""
-    from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, NameClash
+    from seeupo.core.config import PRESETS, REGISTRIES
+    from seeupo.core.registry import NameClash
 
-    registries = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)
+    registries = REGISTRIES
     before = [set(r.names()) for r in registries]
+    presets_before = set(PRESETS)
     module_name = key
     try:
         if path is None:
@@ -116,6 +132,8 @@ def _import(key: str, path: Path | None, field: str) -> None:
         for registry, names in zip(registries, before):
             for name in set(registry.names()) - names:
                 registry.remove(name)
+        for name in set(PRESETS) - presets_before:
+            del PRESETS[name]
         if path is not None:
             sys.modules.pop(module_name, None)
         if isinstance(err, NameClash):
@@ -130,3 +148,28 @@ def _error(field: str, message: str) -> InputError:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _module_sha256(origin: Path) -> str:
+    """A module's hash: its file's, or for a package (``__init__.py``) that of every ``.py`` file
+    under its folder (relative names and contents), so that an edit anywhere in it is seen."""
+    if origin.name != "__init__.py":
+        return _sha256(origin)
+    digest = hashlib.sha256()
+    for file in sorted(origin.parent.rglob("*.py")):
+        digest.update(str(file.relative_to(origin.parent)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+ENTRY_POINT_GROUP = "seeupo.plugins"
+
+
+def entry_point_plugins() -> list[str]:
+    """The modules that installed packages offer as plugins (entry-point group ``seeupo.plugins``), sorted by name.
+
+    An entry point's value is a module (``pkg.mod``) or an object in one (``pkg.mod:obj``); the
+    module is the plugin. Nothing is imported here: the commands load them with their ``--plugin`` files.
+    """
+    from importlib.metadata import entry_points
+
+    return [ep.value.partition(":")[0].strip() for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)]

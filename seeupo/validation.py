@@ -337,11 +337,16 @@ def int_range(low: int, high: int) -> Any:
     return _flag_type(f"int in [{low}, {high}]", _int_in(low, high))
 
 
-def comma_list(allowed: tuple[str, ...]) -> Any:
-    """An argparse type: a non-empty comma-separated subset of ``allowed``."""
+def comma_list(allowed: tuple[str, ...] | None) -> Any:
+    """An argparse type: a non-empty comma-separated subset of ``allowed`` (``None``: any non-empty names,
+    checked later, e.g. against registries that plugins fill after the arguments are parsed)."""
 
     def check(text: str) -> tuple[str, ...]:
         items = tuple(x.strip() for x in text.split(","))
+        if allowed is None:
+            if any(not x for x in items):
+                raise ValueError("must be a comma-separated list of names")
+            return tuple(dict.fromkeys(items))
         if not text.strip() or any(x not in allowed for x in items):
             raise ValueError(f"must be a comma-separated list of {', '.join(allowed)}")
         return items

@@ -28,7 +28,7 @@ def gae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, 
     return gae_for_batch(batch, critic_values, gamma=cfg.gae_gamma, lam=cfg.gae_lambda, token_level=cfg.gae_token_level)
 
 
-@register_adv_est("grae", needs_group_stats=True)
+@register_adv_est("grae", needs_group_stats=True, group_stats_closed_form=True)
 def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """Group-relative, critic-free (PAPER.md §2): ``group_size``, ``grae_center``, ``grae_scale``, ``grae_clamp``."""
     from seeupo.core.advantages import grae as grae_impl

@@ -275,3 +275,24 @@ def preset(preset_name: str, /, **overrides: object) -> AlgorithmConfig:
         raise ValueError(f"name {name!r} is the name of a preset whose {', '.join(differ)} differ from this algorithm's; "
                          "choose another name")
     return cfg
+
+
+def register_preset(config: AlgorithmConfig) -> AlgorithmConfig:
+    """Add ``config`` to :data:`PRESETS` under ``config.name``, so that every command can name it.
+
+    What a plugin calls to name its algorithm: ``register_preset(preset("grpo", name="dr_grpo",
+    grae_scale="none", aggregation="dr_grpo_constant"))``; then ``seeupo check dr_grpo``,
+    ``seeupo verify --algorithms dr_grpo`` and ``algorithm.preset: dr_grpo`` in a run config work.
+    The saved ``preset`` field becomes the name, so a run records the algorithm it ran. A name
+    already registered is an error (:class:`~seeupo.core.registry.NameClash`), never an override.
+    Returns the registered configuration.
+    """
+    from seeupo.core.registry import NameClash
+
+    name = config.name
+    if not isinstance(name, str) or not name.strip() or name == "custom":
+        raise ValueError(f"a preset needs a name of its own (AlgorithmConfig.name), got {name!r}")
+    if name in PRESETS:
+        raise NameClash(f"preset {name!r} is already registered; choose another name")
+    PRESETS[name] = config.replace(preset=name)
+    return PRESETS[name]

@@ -4,7 +4,7 @@ An algorithm of this toolkit names its pieces (``AlgorithmConfig.advantage``, ``
 ``.aggregation``); each name is an entry of a registry here. A new piece is one decorated
 function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
 
-    @register_adv_est("median_baseline", needs_group_stats=True, exact=False)
+    @register_adv_est("median_baseline", needs_group_stats=True)
     def median_baseline(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
         ...  # [n, L] per-token advantages
 
@@ -48,10 +48,21 @@ class AdvantageEstimator:
     needs_critic: the caller must pass ``critic_values`` (a value model is trained alongside).
     needs_oracle: the caller must pass ``oracle``, the exact advantages (tabular engine only).
     needs_group_stats: the estimator compares a trajectory with the other rollouts of its task,
-      so a configuration needs ``group_size >= 2``; in exact mode the tabular engine passes each
-      trajectory's ``group_stats = (group_sum, group_sumsq)`` over an exact distribution of group-mates.
-    exact: the tabular exact mode can compute its expectation (for a group estimator: it is a
-      function of the group's ``(sum, sum of squares)`` of returns).
+      so a configuration needs ``group_size >= 2``.
+    exact: the tabular exact mode can compute its expectation. A non-group estimator is called on
+      every path once, weighted by its probability. A group estimator is called on groups built by
+      enumerating the group-mates' outcomes (:func:`seeupo.tabular.rollout.exact_group_batch`): each
+      group holds one trajectory weighted by its probability times that of its group-mates'
+      configuration, and ``group_size - 1`` group-mates of weight 0. That is exact when the
+      estimator (a) is a symmetric function of its group's outcomes (per-turn rewards, returns,
+      ``valid``), reading no group-mate's actions or log-probabilities, (b) counts every group
+      member once in group statistics (no weights), and (c) weights any batch-level statistic
+      (a batch mean or std, a fraction of groups) by ``batch.weight`` (1 everywhere when sampled).
+      ``False``: exact mode refuses it with a one-line message; the sampled mode still runs it.
+    group_stats_closed_form: the estimator also accepts ``group_stats = (group_sum, group_sumsq)``
+      per trajectory, the sufficient statistics of an exact distribution over group-mates (GRAE's
+      closed form): exact mode then enumerates those statistics instead of the group-mates'
+      outcomes, a fast path that the generic enumeration checks (tests/tabular/test_rollout.py).
     tabular, lm: usable by the tabular engine / the language-model trainer.
     """
 
@@ -61,6 +72,7 @@ class AdvantageEstimator:
     needs_oracle: bool = False
     needs_group_stats: bool = False
     exact: bool = True
+    group_stats_closed_form: bool = False
     tabular: bool = True
     lm: bool = True
 
@@ -172,13 +184,16 @@ def register_adv_est(
     needs_oracle: bool = False,
     needs_group_stats: bool = False,
     exact: bool = True,
+    group_stats_closed_form: bool = False,
     tabular: bool = True,
     lm: bool = True,
 ) -> Callable[[F], F]:
     """Register the decorated function as the advantage estimator ``name`` (see :class:`AdvantageEstimator`)."""
 
     def decorate(fn: F) -> F:
-        ADV_ESTIMATORS.add(name, AdvantageEstimator(name, fn, needs_critic, needs_oracle, needs_group_stats, exact, tabular, lm))
+        ADV_ESTIMATORS.add(name, AdvantageEstimator(
+            name, fn, needs_critic, needs_oracle, needs_group_stats, exact, group_stats_closed_form, tabular, lm
+        ))
         return fn
 
     return decorate

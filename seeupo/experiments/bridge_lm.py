@@ -77,6 +77,7 @@ class Sweep:
     kl_coef: float = 0.002
     temperature: float = 0.9
     bridge: dict[str, Any] = field(default_factory=lambda: dict(BRIDGE))
+    plugins: tuple[str, ...] = ()  # plugins that register the presets (seeupo.plugins), recorded in each run's config
 
 
 def full_sweep() -> Sweep:
@@ -147,13 +148,15 @@ def train_config(spec: RunSpec, sweep: Sweep, out: Path, *, warmup_done: bool = 
         f"optim.lr={m.lr}", "optim.max_grad_norm=1.0", f"steps={m.steps}", f"seed={spec.seed}",
         f"out_dir={spec.folder(out)}", "logging.progress=false",
     ]
-    if spec.preset == "seeupo":
+    from seeupo.core.config import PRESETS
+
+    if PRESETS[spec.preset].schedule == "sequential":
         sets.append("logging.m_drift=true")
     if spec.variant == "m_refresh":
         sets.append("algorithm.m_refresh=true")
     if spec.variant == "equal_budget":  # the simultaneous presets' number of optimizer steps, shared by the turns
         sets.append("algorithm.equal_budget=true")
-    return load_train_config(None, sets)
+    return load_train_config(None, sets, list(sweep.plugins))
 
 
 def is_complete(folder: Path, steps: int) -> bool:

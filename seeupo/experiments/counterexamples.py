@@ -83,6 +83,7 @@ class Counterexample:
     J: list[float]
     J_star: float
     search: dict[str, Any] = field(default_factory=dict)
+    plugins: tuple[str, ...] = ()  # NAME@sha256:HEX of each plugin loaded when it was found (seeupo.plugins)
 
     @property
     def largest_decrease(self) -> float:
@@ -110,7 +111,7 @@ class Counterexample:
             "iterations": self.iterations,
             "recorded": {"J": self.J, "J_star": self.J_star, "largest_decrease": self.largest_decrease},
             "search": self.search,
-        }
+        } | ({"plugins": list(self.plugins)} if self.plugins else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> "Counterexample":
@@ -118,7 +119,9 @@ class Counterexample:
         data = as_object(data, None)
         if data.get("format") != FORMAT:
             raise InstanceError("format", f"not a counterexample file (expected \"format\": \"{FORMAT}\")")
-        check_keys(data, {"format", "claim", "description", "instance", "policy_state", "algorithm", "run", "iterations", "recorded"}, {"search"})
+        check_keys(data, {"format", "claim", "description", "instance", "policy_state", "algorithm", "run", "iterations", "recorded"},
+                   {"search", "plugins"})
+        plugins = _recorded_plugins(data.get("plugins", []))  # before the algorithm, which may name their entries
         try:
             problem = problem_from_dict(data["instance"])
         except InputError as err:
@@ -157,6 +160,7 @@ class Counterexample:
             J=[float_field(x, f"recorded.J[{i}]") for i, x in enumerate(J)],
             J_star=float_field(recorded["J_star"], "recorded.J_star"),
             search=search,
+            plugins=plugins,
         )
 
     def save(self, path: str | Path) -> None:
@@ -172,17 +176,40 @@ class Counterexample:
             raise err.in_file(path) from None
 
 
+def _recorded_plugins(specs: Any) -> tuple[str, ...]:
+    """The plugins a file was recorded with, each of which must be loaded now with the same content.
+
+    A counterexample is data: the plugins it names are never imported from it (that would run code
+    named by a file); the user loads them (``seeupo replay --plugin FILE``) and this checks that a
+    loaded plugin has each recorded SHA-256, so that an edited plugin cannot pass for the recorded one.
+    """
+    from seeupo.plugins import HASH_TAG, loaded_plugins
+
+    if not isinstance(specs, list) or not all(isinstance(x, str) and HASH_TAG in x for x in specs):
+        raise InstanceError("plugins", f"must be a list of 'NAME{HASH_TAG}HEX' strings")
+    loaded = {p.sha256: p.name for p in loaded_plugins()}
+    for spec in specs:
+        name, _, digest = spec.partition(HASH_TAG)
+        if digest not in loaded:
+            now = ", ".join(f"{p.name} ({p.sha256[:12]}...)" for p in loaded_plugins()) or "none"
+            raise InstanceError("plugins", f"recorded with plugin {name} (sha256 {digest[:12]}...), which is not loaded "
+                                f"with that content (loaded: {now}); pass --plugin with the file as it was")
+    return tuple(specs)
+
+
 def _check_batch_size(problem: TreeMDP, algorithm: AlgorithmConfig, run: RunConfig) -> None:
     """Refuse settings whose batch would not fit (before building it): sampled mode has ``tasks x G``
-    rollouts per iteration; exact GRAE enumerates the group-mates' returns, at most
+    rollouts per iteration; exact mode enumerates a group estimator's group-mates' outcomes, at most
     ``C(K + G - 2, G - 1)`` outcomes for ``K`` distinct returns (``K`` at most the number of paths)."""
     if run.mode == "sampled" and run.tasks * algorithm.group_size > MAX_BATCH:
         raise InstanceError("run.tasks", f"tasks x algorithm.group_size = {run.tasks * algorithm.group_size}, more than {MAX_BATCH}")
-    if run.mode == "exact" and algorithm.advantage == "grae":
+    from seeupo.core.registry import adv_estimator
+
+    if run.mode == "exact" and adv_estimator(algorithm.advantage).needs_group_stats:
         t = problem.num_turns - 1
         paths = problem.num_histories(t) * problem.actions_per_turn[t] * problem.obs_per_turn[t]
         if math.comb(paths + algorithm.group_size - 2, algorithm.group_size - 1) > MAX_BATCH:
-            raise InstanceError("algorithm.group_size", f"an exact GRAE batch with {algorithm.group_size} rollouts per task over "
+            raise InstanceError("algorithm.group_size", f"an exact group batch with {algorithm.group_size} rollouts per task over "
                                 f"{paths} paths could need more than {MAX_BATCH} rows")
 
 
@@ -224,13 +251,19 @@ def replay(example: Counterexample, atol: float = 1e-8) -> Replay:
 
 
 def record(case: Case, claim: str, description: str, search_info: dict[str, Any] | None = None) -> Counterexample:
-    """Run ``case`` and record it as a counterexample (whatever the outcome; callers check it)."""
+    """Run ``case`` and record it as a counterexample (whatever the outcome; callers check it).
+
+    The plugins loaded in this process are recorded with their hashes, so that a replay must load
+    the same code (:func:`_recorded_plugins`).
+    """
+    from seeupo.plugins import loaded_plugins
+
     policy = case.initial_policy()
     state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
     hist = track(case.problem, AlgorithmStep(case.algorithm, case.run), policy, case.iterations)
     return Counterexample(
         claim, description, case.problem, state, case.algorithm, case.run, case.iterations,
-        hist.J[:, 0].tolist(), float(hist.J_star[0]), search_info or {},
+        hist.J[:, 0].tolist(), float(hist.J_star[0]), search_info or {}, tuple(p.spec for p in loaded_plugins()),
     )
 
 

@@ -17,7 +17,8 @@ from typing import Callable
 
 from hypothesis import strategies as st
 
-from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.experiments.counterexamples import Case
 from seeupo.tabular.train import RunConfig
 from seeupo.testing import policies, sequential_bandits, token_bandits, tree_mdps
@@ -152,6 +153,76 @@ SEARCHES: list[SearchSpec] = [
         lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [10.0, 50.0]),
     ),
 ]
+
+
+ALGORITHM_CLAIM = "monotone"
+"""The claim a generic search bears on: an exact update of the algorithm never lowers ``J``."""
+
+
+@st.composite
+def algorithm_cases(
+    draw: st.DrawFn, base: AlgorithmConfig, problems: st.SearchStrategy, *, parameterization: str = "independent"
+) -> Case:
+    """Any registered algorithm (``base``) from a random positive policy, one exact iteration.
+
+    Unlike :func:`ppu_cases`, the algorithm's own clip range and loss are kept: only what a user's
+    algorithm leaves to the run varies (group size, optimizer steps, step size, seed). A plain
+    policy-gradient loss (not a surrogate) takes one SGD step of size 0.1 to 1, as in
+    :func:`reinforce_cases`. An estimator without a closed form over group statistics is
+    enumerated over its group-mates' outcomes (:func:`seeupo.tabular.rollout.exact_group_batch`),
+    whose size grows fast with ``G``: its groups have at most 3 members.
+    """
+    problem = draw(problems)
+    estimator = adv_estimator(base.advantage)
+    largest_group = 5 if estimator.group_stats_closed_form or not estimator.needs_group_stats else 3
+    algo = base.replace(group_size=draw(st.integers(2, largest_group)))
+    if not policy_loss(algo.update).surrogate:
+        run = RunConfig(mode="exact", optimizer="sgd", lr=draw(st.sampled_from([0.1, 0.5, 1.0])),
+                        parameterization=parameterization, init_scale=1.0, seed=draw(st.integers(0, 3)))
+    else:
+        algo = algo.replace(epochs=draw(st.sampled_from([40, 10])))
+        run = RunConfig(mode="exact", lr=draw(st.sampled_from([0.05, 0.2])), parameterization=parameterization,
+                        init_scale=1.0, seed=draw(st.integers(0, 3)))
+    start = draw(policies(problem)) if parameterization == "independent" else None
+    return Case(problem, start, algo, run, 1)
+
+
+def _any_levels(strategy: Callable[[int], st.SearchStrategy]) -> st.SearchStrategy:
+    """Problems with binary, 3-level or 11-level rewards (hypothesis shrinks towards binary)."""
+    return st.sampled_from([2, 3, 11]).flatmap(strategy)
+
+
+def algorithm_searches(name: str) -> list[SearchSpec]:
+    """The generic monotonicity searches of the registered algorithm ``name`` (a preset, built in or a plugin's).
+
+    One search per setting: single turn with one-token and two-token actions, two turns on a
+    deterministic bandit and with stochastic outcomes and per-turn rewards, and two turns with
+    parameters shared across turns and histories; each over problems, reward levels, group sizes,
+    step sizes and starting policies (:func:`algorithm_cases`), in exact mode. Their names are
+    ``NAME_<setting>``.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")
+    base = preset(name)
+    settings = [
+        ("st_stochastic", "single turn, stochastic outcomes, one-token actions",
+         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(max_turns=1, max_actions=3, max_observations=2,
+                                                                      gamma=1.0, reward_levels=k)))),
+        ("st_tokens", "single turn, stochastic outcomes, actions of 2 tokens",
+         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(max_turns=1, max_observations=2, gamma=1.0,
+                                                                      reward_levels=k, tokens=(2, 2))))),
+        ("mt_bandit", "two turns, deterministic sequential bandit",
+         lambda: algorithm_cases(base, _any_levels(lambda k: sequential_bandits(
+             min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=k)))),
+        ("mt_stochastic", "two turns, stochastic outcomes and per-turn rewards",
+         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(min_turns=2, max_turns=2, max_actions=2,
+                                                                      max_observations=2, gamma=1.0, reward_levels=k)))),
+        ("mt_shared", "two turns, parameters shared across turns and histories",
+         lambda: algorithm_cases(base, _any_levels(lambda k: sequential_bandits(
+             min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=k)), parameterization="shared")),
+    ]
+    return [SearchSpec(f"{name}_{key}", ALGORITHM_CLAIM, f"{name}: {text}: J decreases", cases, max_examples=60)
+            for key, text, cases in settings]
 
 
 def get(name: str) -> SearchSpec:

@@ -35,8 +35,8 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from seeupo.core.config import AlgorithmConfig, preset
-from seeupo.core.registry import policy_loss
+from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.tabular.problems import TreeMDP, random_token_bandit
 from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, saved_counterexamples, table1_verdict
 from seeupo.tabular.train import RunConfig, run
@@ -106,6 +106,46 @@ def full_grid_rows(exact_epochs: int) -> list[Row]:
     return rows
 
 
+def describe(cfg: AlgorithmConfig) -> tuple[str, str, str]:
+    """``(advantage, update, level)`` of a table row, in the words of Table 1."""
+    if cfg.advantage == "grae":
+        scale = {"none": "", "group_std": ", group std", "batch_std": ", batch z-score"}.get(cfg.grae_scale, f", {cfg.grae_scale}")
+        advantage = f"GRAE ({cfg.grae_center}{scale})"
+    else:
+        advantage = cfg.advantage.upper() if cfg.advantage in ("gae",) else cfg.advantage
+    surrogate = policy_loss(cfg.update).surrogate
+    update = {"ppo": "PPU", "reinforce": "REINFORCE"}.get(cfg.update, cfg.update)
+    if cfg.schedule == "sequential":
+        update = f"HAML ({cfg.order}, {update})"
+    level = cfg.ratio_level if surrogate else "sequence"
+    if cfg.aggregation != "token_mean":
+        level += f", {cfg.aggregation}"
+    return advantage, update, level
+
+
+def algorithm_rows(names: list[str] | tuple[str, ...], exact_epochs: int) -> list[Row]:
+    """Rows for the registered algorithms ``names`` (presets, built in or from plugins).
+
+    A row of the paper's Table 1 keeps its claims; any other algorithm has none. A plain policy
+    gradient (a loss that is not a surrogate) takes one SGD step per iteration, as RLOO's row.
+    """
+    paper = {row.name: row for row in table1_rows(exact_epochs)}
+    rows = []
+    for name in names:
+        if name in paper:
+            rows.append(paper[name])
+            continue
+        if name not in PRESETS:
+            raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")
+        config = preset(name)
+        advantage, update, level = describe(config)
+        if not policy_loss(config.update).surrogate:
+            rows.append(Row(name, name, advantage, update, level, config, None, None, "sgd", 5.0, 10))
+        else:
+            rows.append(Row(name, name, advantage, update, level, config.replace(epochs=exact_epochs), None, None))
+    return rows
+
+
 @dataclass(frozen=True)
 class VerifyConfig:
     """Size of a verification run.
@@ -128,6 +168,10 @@ class VerifyConfig:
       directory, else to the repository root); ``""`` to ignore them.
     grid: ``"table1"`` (the paper's rows and SeeUPO's order ablations) or ``"full"`` (every
       advantage estimator x every update; see :func:`full_grid_rows`).
+    algorithms: registered algorithms (preset names) to run instead of ``grid``
+      (:func:`algorithm_rows`); an estimator without an exact mode gets sampled cells only.
+    plugins: the plugins that registered them (``NAME@sha256:HEX``, :mod:`seeupo.plugins`),
+      loaded by every worker process and recorded in the report.
     """
 
     instances: int = 12
@@ -151,6 +195,8 @@ class VerifyConfig:
     seed: int = 0
     grid: str = "table1"
     counterexample_dir: str = "paper_repro/counterexamples"
+    algorithms: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
 
 
 QUICK = VerifyConfig(instances=6, iterations=8, exact_epochs=25, modes=("exact",), parameterizations=("independent",))
@@ -207,6 +253,13 @@ def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: Veri
     )
 
 
+def _load_plugins(specs: tuple[str, ...]) -> None:
+    """A worker process imports the plugins (pinned to their recorded hashes) before it runs a cell."""
+    from seeupo.plugins import load_plugins
+
+    load_plugins(list(specs), "--plugin")
+
+
 def _run_cell_args(args: tuple) -> CellResult:
     return run_cell(*args)
 
@@ -246,7 +299,9 @@ def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | Non
 
 def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every cell of the grid and return the report (JSON-ready)."""
-    if rows is None:
+    if rows is None and cfg.algorithms:
+        rows = algorithm_rows(cfg.algorithms, cfg.exact_epochs)
+    elif rows is None:
         if cfg.grid not in ("table1", "full"):
             raise ValueError(f"unknown grid {cfg.grid!r}; expected 'table1' or 'full'")
         rows = table1_rows(cfg.exact_epochs) if cfg.grid == "table1" else full_grid_rows(cfg.exact_epochs)
@@ -257,6 +312,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         for setting in ("ST", "MT")
         if not (setting == "ST" and row.config.schedule == "sequential")
         for mode in cfg.modes
+        if mode == "sampled" or adv_estimator(row.config.advantage).exact
         for param in cfg.parameterizations
     ]
     start = time.perf_counter()
@@ -273,7 +329,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
     # the saved counterexamples of the Table 1 cells are replayed alongside the cells
     replay_keys = [(row.name, s) for row in rows for s in ("ST", "MT") if TABLE1_SEARCHES.get((row.name, s))]
     if cfg.workers > 1:
-        with mp.get_context("spawn").Pool(cfg.workers) as pool:
+        with mp.get_context("spawn").Pool(cfg.workers, initializer=_load_plugins, initargs=(cfg.plugins,)) as pool:
             pending = pool.apply_async(_table1_replays, (cfg, replay_keys))
             for res in pool.imap_unordered(_run_cell_args, tasks):
                 record(res)
@@ -298,6 +354,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         "config": dataclasses.asdict(cfg),
         "algorithms": {r.name: r.config.to_dict() | {"optimizer": r.optimizer, "lr": r.lr} for r in by_name.values()},
         "table1": table,
+        "no_exact_mode": [r.name for r in rows if not adv_estimator(r.config.advantage).exact],
         "cells": [dataclasses.asdict(r) for r in results],
         "seconds": time.perf_counter() - start,
     }
@@ -338,7 +395,12 @@ def disagreements(report: dict[str, Any]) -> list[str]:
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown: Table 1 (paper vs measured) and every cell."""
     cfg = report["config"]
-    title = "Table 1, regenerated from measurements" if cfg.get("grid", "table1") == "table1" else "Every advantage estimator x every update, measured"
+    if cfg.get("algorithms"):
+        title = "Algorithms " + ", ".join(cfg["algorithms"]) + ", measured"
+    elif cfg.get("grid", "table1") == "table1":
+        title = "Table 1, regenerated from measurements"
+    else:
+        title = "Every advantage estimator x every update, measured"
     lines = [
         f"# {title}",
         "",
@@ -369,6 +431,12 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines.append("")
     lines += [f"[{k}] {n}" + "  " for k, n in enumerate(notes, 1)]
+    no_exact = report.get("no_exact_mode", [])
+    if no_exact:
+        lines += ["", f"No exact mode (advantage estimator registered with exact=False): {', '.join(no_exact)}; "
+                  "only sampled cells were run.", ""]
+    if cfg.get("plugins"):
+        lines += ["", "Plugins: " + ", ".join(f"`{p}`" for p in cfg["plugins"]), ""]
     found = disagreements(report)
     lines += ["", "**Disagreements with the paper:** " + ("none." if not found else ""), ""]
     lines += [f"* {d}" for d in found]

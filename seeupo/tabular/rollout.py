@@ -3,14 +3,24 @@
 Sampled mode rolls out ``B`` tasks x ``G`` trajectories per instance, as an LLM run does.
 Exact mode enumerates every complete path once, weighted by its probability under the
 sampling policy; the core functions then compute expectations instead of sample means.
-For GRAE, where the advantage of a trajectory depends on its random group-mates, each
-path is further paired with every distinct configuration of the ``G - 1`` group-mates'
-sufficient statistics (their sum, and sum of squares when the group std is used), weighted
-by its exact probability; :func:`group_mate_distribution` computes that distribution.
+:func:`exact_advantages` is the entry point: it returns the exact batch and its advantages.
+
+A group estimator's advantage depends on the trajectory's random group-mates too, so exact
+mode pairs each path with every configuration of its ``G - 1`` group-mates, weighted by its
+exact probability, in one of two ways:
+
+* generic (:func:`exact_group_batch`), for any estimator that is a symmetric function of its
+  group's outcomes: the group-mates' outcome classes (distinct per-turn rewards and ends) are
+  enumerated as multisets, and the estimator is called on real groups of ``G`` trajectories;
+* closed form (:func:`exact_batch`), for estimators that accept the group's sufficient
+  statistics (GRAE: the sum, and the sum of squares when the group std is used):
+  :func:`group_mate_distribution` enumerates those, far fewer than the multisets.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -19,6 +29,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.registry import adv_estimator
+from seeupo.core.update import compute_advantages
 from seeupo.tabular.exact import evaluate
 from seeupo.tabular.policies import TabularPolicy, token_digits
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -168,6 +179,47 @@ def group_mate_distribution(
     return [(s, q, p) for (s, q), p in state.items()]
 
 
+def exact_advantages(
+    problem: TreeMDP,
+    policy: TabularPolicy,
+    cfg: AlgorithmConfig,
+    *,
+    closed_form: bool = True,
+    max_rows: int = 2_000_000,
+) -> tuple[SampleBatch, Tensor]:
+    """The exact-mode batch for ``cfg`` and its per-token advantages: the expectation of a sampled update.
+
+    Non-group estimators see every reachable path once, weighted by its probability (a perfect
+    critic or the oracle supply exact values). Group estimators see each path with every
+    configuration of its group-mates: the estimator's closed form (:func:`exact_batch`) when it
+    declares ``group_stats_closed_form`` and ``closed_form`` is set, else the generic enumeration
+    (:func:`exact_group_batch`). An estimator registered with ``exact=False`` is refused in one line.
+    """
+    estimator = adv_estimator(cfg.advantage)
+    if not estimator.exact:
+        raise ValueError(
+            f"advantage estimator {cfg.advantage!r} is registered with exact=False: the exact mode cannot compute "
+            "its expectation; use the sampled mode"
+        )
+    if estimator.needs_group_stats and not (closed_form and estimator.group_stats_closed_form):
+        batch, own = exact_group_batch(problem, policy, cfg, max_rows=max_rows)
+        adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
+                                 oracle=_oracle(problem, policy, batch, cfg))
+        return batch.select(own), adv[own]
+    batch, group_stats = exact_batch(problem, policy, cfg, max_rows=max_rows)
+    adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
+                             oracle=_oracle(problem, policy, batch, cfg), group_stats=group_stats)
+    return batch, adv
+
+
+def _critic(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor | None:
+    return critic_values(problem, policy, batch) if adv_estimator(cfg.advantage).needs_critic else None
+
+
+def _oracle(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor | None:
+    return oracle_advantages(problem, policy, batch) if adv_estimator(cfg.advantage).needs_oracle else None
+
+
 def exact_batch(
     problem: TreeMDP,
     policy: TabularPolicy,
@@ -175,23 +227,28 @@ def exact_batch(
     *,
     max_rows: int = 2_000_000,
 ) -> tuple[SampleBatch, tuple[Tensor, Tensor] | None]:
-    """The exact-mode batch for ``cfg``, and the group statistics GRAE should use.
+    """The exact batch for a non-group estimator, or for a group estimator's closed form, and its group statistics.
 
-    Without GRAE (oracle, GAE) every reachable path is one trajectory weighted by its
-    probability. With GRAE every (path, group-mate configuration) pair is one trajectory,
-    weighted by the product of the two probabilities, and the per-trajectory
-    ``(group_sum, group_sumsq)`` include the path's own return.
+    Without group statistics (oracle, GAE) every reachable path is one trajectory weighted by
+    its probability. With them (an estimator that declares ``group_stats_closed_form``, like
+    GRAE) every (path, group-mate statistics) pair is one trajectory, weighted by the product of
+    the two probabilities, and the per-trajectory ``(group_sum, group_sumsq)`` include the path's
+    own return. Other group estimators need :func:`exact_group_batch`.
     """
+    estimator = adv_estimator(cfg.advantage)
+    if not estimator.exact:
+        raise ValueError(f"advantage {cfg.advantage!r} has no exact mode; use the sampled mode")
+    if estimator.needs_group_stats and not estimator.group_stats_closed_form:
+        raise ValueError(
+            f"advantage {cfg.advantage!r} has no closed form over group statistics; use exact_group_batch "
+            "(exact_advantages chooses)"
+        )
     with torch.no_grad():
         probs = policy.action_probs()
     paths = enumerate_paths(problem, probs)
     num_inst, num_paths, num_turns = paths.hist.shape
-    discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
-    returns = (paths.reward * discount).sum(-1)  # [I, P]
+    returns = _path_returns(problem, paths)
 
-    estimator = adv_estimator(cfg.advantage)
-    if not estimator.exact:
-        raise ValueError(f"advantage {cfg.advantage!r} has no exact mode; use the sampled mode")
     inst_idx, path_idx, weights, g_sum, g_sumsq = [], [], [], [], []
     for i in range(num_inst):
         reachable = paths.prob[i] > 0
@@ -212,12 +269,7 @@ def exact_batch(
             mates = group_mate_distribution(
                 list(dist), list(dist.values()), cfg.group_size - 1, cfg.grae_scale == "group_std"
             )
-            rows = idx.numel() * len(mates) * num_turns
-            if rows > max_rows:
-                raise ValueError(
-                    f"the exact GRAE batch would need {rows} rows (> max_rows={max_rows}); use reward levels, "
-                    "a smaller group or problem, or the sampled mode"
-                )
+            _check_rows(idx.numel() * len(mates) * num_turns, max_rows)
             m_sum = torch.tensor([m[0] for m in mates], dtype=DTYPE)
             m_sq = torch.tensor([m[1] for m in mates], dtype=DTYPE)
             m_p = torch.tensor([m[2] for m in mates], dtype=DTYPE)
@@ -232,18 +284,93 @@ def exact_batch(
     path = torch.cat(path_idx)
     traj_group = torch.arange(inst.numel())  # each trajectory carries its own group statistics
     batch = _build_batch(
-        problem,
-        policy,
-        paths.hist[inst, path],
-        paths.action[inst, path],
-        paths.alive[inst, path],
-        paths.reward[inst, path],
-        torch.cat(weights),
-        traj_group,
-        inst,
+        problem, policy, paths.hist[inst, path], paths.action[inst, path], paths.alive[inst, path],
+        paths.reward[inst, path], torch.cat(weights), traj_group, inst,
     )
     stats = (torch.cat(g_sum), torch.cat(g_sumsq)) if estimator.needs_group_stats else None
     return batch, stats
+
+
+def exact_group_batch(
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, *, max_rows: int = 2_000_000
+) -> tuple[SampleBatch, Tensor]:
+    """Every path with every configuration of its group-mates, as real groups: the generic exact mode.
+
+    For each instance and initial state ``s0``, a path's *outcome* is what a group estimator may
+    read of it: its per-turn rewards and which turns it was alive. The ``G - 1`` group-mates are
+    i.i.d. paths from the same ``s0``, so the multiset of their outcome classes has the
+    multinomial distribution; each multiset ``c`` (of ``C(K + G - 2, G - 1)`` for ``K`` classes) is
+    represented by one path per class. Every reachable path ``p`` then forms, with every ``c``,
+    a group of ``G`` trajectories: ``p`` itself with weight ``P(p) P(c)`` and the group-mates with
+    weight 0 (see :class:`~seeupo.core.registry.AdvantageEstimator` for what that asks of the
+    estimator). The weights of the own trajectories sum to 1 per instance, as in sampled mode's
+    mean over trajectories.
+
+    Returns:
+      ``(batch, own)``: the batch (own trajectories have ids ``0..m-1``, group-mates the ids
+      after; group ``j`` is own trajectory ``j`` and its mates) and the bool mask of the own
+      trajectories' rows, which the update uses after the advantages are computed.
+    """
+    with torch.no_grad():
+        probs = policy.action_probs()
+    paths = enumerate_paths(problem, probs)
+    num_inst, _, num_turns = paths.hist.shape
+    mates_per_group = cfg.group_size - 1
+    own_inst, own_path, own_weight, mate_path = [], [], [], []
+    for i in range(num_inst):
+        reachable = paths.prob[i] > 0
+        for s in range(problem.num_initial_states):
+            idx = (reachable & (paths.s0 == s)).nonzero().squeeze(1)
+            if idx.numel() == 0:
+                continue
+            classes: dict[tuple, list[float | int]] = {}  # outcome -> [representative path, probability]
+            p_s = (paths.prob[i, idx] / paths.prob[i, idx].sum()).tolist()
+            for path, p in zip(idx.tolist(), p_s):
+                outcome = (tuple(round(r, 12) for r in paths.reward[i, path].tolist()), tuple(paths.alive[i, path].tolist()))
+                classes.setdefault(outcome, [path, 0.0])[1] += p
+            reps = [c[0] for c in classes.values()]
+            class_p = [c[1] for c in classes.values()]
+            configs = list(itertools.combinations_with_replacement(range(len(reps)), mates_per_group))
+            _check_rows(idx.numel() * len(configs) * cfg.group_size * num_turns, max_rows)
+            config_p = torch.tensor([_multinomial_probability(c, class_p) for c in configs], dtype=DTYPE)
+            config_paths = torch.tensor([[reps[k] for k in c] for c in configs], dtype=torch.long).reshape(len(configs), -1)
+            own_inst.append(torch.full((idx.numel() * len(configs),), i))
+            own_path.append(idx.repeat_interleave(len(configs)))
+            own_weight.append((paths.prob[i, idx][:, None] * config_p[None, :]).reshape(-1))
+            mate_path.append(config_paths.repeat(idx.numel(), 1))
+
+    inst, path, weight = torch.cat(own_inst), torch.cat(own_path), torch.cat(own_weight)
+    mates = torch.cat(mate_path)  # [m, G - 1]
+    m = inst.numel()
+    all_inst = torch.cat([inst, inst.repeat_interleave(mates_per_group)])
+    all_path = torch.cat([path, mates.reshape(-1)])
+    all_weight = torch.cat([weight, torch.zeros(m * mates_per_group, dtype=DTYPE)])
+    all_group = torch.cat([torch.arange(m), torch.arange(m).repeat_interleave(mates_per_group)])
+    batch = _build_batch(
+        problem, policy, paths.hist[all_inst, all_path], paths.action[all_inst, all_path],
+        paths.alive[all_inst, all_path], paths.reward[all_inst, all_path], all_weight, all_group, all_inst,
+    )
+    return batch, batch.traj_id < m
+
+
+def _multinomial_probability(config: tuple[int, ...], class_p: list[float]) -> float:
+    """Probability that ``len(config)`` i.i.d. draws give the multiset ``config`` of classes."""
+    counts = [config.count(k) for k in set(config)]
+    ways = math.factorial(len(config)) // math.prod(math.factorial(c) for c in counts)
+    return ways * math.prod(class_p[k] for k in config)
+
+
+def _path_returns(problem: TreeMDP, paths: Paths) -> Tensor:
+    discount = problem.gamma ** torch.arange(paths.hist.shape[-1], dtype=DTYPE)
+    return (paths.reward * discount).sum(-1)  # [I, P]
+
+
+def _check_rows(rows: int, max_rows: int) -> None:
+    if rows > max_rows:
+        raise ValueError(
+            f"the exact batch would need {rows} rows (> max_rows={max_rows}); use reward levels, a smaller group "
+            "or problem, or the sampled mode"
+        )
 
 
 def critic_values(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch) -> Tensor:

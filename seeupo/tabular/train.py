@@ -20,7 +20,7 @@ from seeupo.core.update import compute_advantages, policy_update, sequential_swe
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
-from seeupo.tabular.rollout import critic_values, exact_batch, oracle_advantages, sample_batch
+from seeupo.tabular.rollout import critic_values, exact_advantages, oracle_advantages, sample_batch
 
 Tensor = torch.Tensor
 
@@ -29,8 +29,11 @@ Tensor = torch.Tensor
 class RunConfig:
     """How a tabular run is driven (the algorithm itself is an :class:`AlgorithmConfig`).
 
-    mode: ``"exact"`` (every path weighted by its probability, GRAE's group-mates by their exact
-      distribution) or ``"sampled"`` (``tasks`` x ``group_size`` rollouts per instance).
+    mode: ``"exact"`` (every path weighted by its probability, a group estimator's group-mates by
+      their exact distribution) or ``"sampled"`` (``tasks`` x ``group_size`` rollouts per instance).
+    exact_closed_form: in exact mode, use a group estimator's closed form over group statistics
+      when it has one (GRAE's, fast); ``False`` enumerates the group-mates' outcomes instead
+      (:func:`seeupo.tabular.rollout.exact_advantages`), the generic reference.
     update: ``"gradient"`` (optimizer steps on the surrogate, as an LLM run) or ``"mirror"`` (the
       closed-form KL mirror step ``pi_new ∝ pi_old * exp(M / beta)`` per history, independent
       parameters only; ``beta = 0`` is the exact argmax step).
@@ -44,6 +47,7 @@ class RunConfig:
     """
 
     mode: Literal["exact", "sampled"] = "exact"
+    exact_closed_form: bool = True
     update: Literal["gradient", "mirror"] = "gradient"
     iterations: int = 20
     tasks: int = 8
@@ -89,16 +93,14 @@ def build_batch(
 ) -> tuple[SampleBatch, Tensor]:
     """The iteration's batch and its per-token advantages, in ``run.mode``."""
     if run.mode == "exact":
-        batch, group_stats = exact_batch(problem, policy, cfg)
-    elif run.mode == "sampled":
-        batch, group_stats = sample_batch(problem, policy, run.tasks, cfg.group_size, generator), None
-    else:
+        return exact_advantages(problem, policy, cfg, closed_form=run.exact_closed_form)
+    if run.mode != "sampled":
         raise ValueError(f"unknown mode {run.mode!r}; expected 'exact' or 'sampled'")
+    batch = sample_batch(problem, policy, run.tasks, cfg.group_size, generator)
     estimator = adv_estimator(cfg.advantage)
     critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
     oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
-    adv = compute_advantages(batch, cfg, critic_values=critic, oracle=oracle, group_stats=group_stats)
-    return batch, adv
+    return batch, compute_advantages(batch, cfg, critic_values=critic, oracle=oracle)
 
 
 ARGMAX_FLOOR = 1e-12

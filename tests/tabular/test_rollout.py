@@ -15,7 +15,9 @@ from seeupo.tabular.problems import random_token_bandit
 from seeupo.tabular.rollout import (
     critic_values,
     enumerate_paths,
+    exact_advantages,
     exact_batch,
+    exact_group_batch,
     group_mate_distribution,
     oracle_advantages,
     sample_batch,
@@ -340,9 +342,108 @@ def test_registered_estimator_without_exact_mode_is_refused_there_and_runs_sampl
         cfg = AlgorithmConfig(advantage="raw_return_test", group_size=2)
         with pytest.raises(ValueError, match="advantage 'raw_return_test' has no exact mode; use the sampled mode"):
             exact_batch(problem, policy, cfg)
+        with pytest.raises(ValueError, match="'raw_return_test' is registered with exact=False"):
+            exact_advantages(problem, policy, cfg)
         batch = sample_batch(problem, policy, 3, cfg.group_size, torch.Generator().manual_seed(0))
         adv = compute_advantages(batch, cfg)
         mask = batch.token_mask & batch.valid[:, None]
         assert torch.equal(adv[mask], batch.traj_return[:, None].expand_as(adv)[mask])
     finally:
         ADV_ESTIMATORS.remove("raw_return_test")
+
+
+# ----------------------------------------------------------------------------------------------
+# the generic exact mode: enumerating group-mates' outcomes
+# ----------------------------------------------------------------------------------------------
+
+
+def _second_moments(problem, batch, adv):
+    """``E[A^2 1(a_0 = a)]`` per instance and turn-0 action: with the first moments, tells two
+    distributions of advantages apart where the update is nonlinear in ``A`` (a clipped ratio)."""
+    return _advantage_moments(problem, batch, adv * adv[:, :1])
+
+
+@pytest.mark.parametrize("group_size", [2, 3])
+@pytest.mark.parametrize(
+    "center, scale, clamp",
+    [("mean", "none", None), ("loo", "none", None), ("none", "none", 0.3), ("mean", "group_std", None),
+     ("mean", "batch_std", None), ("loo", "batch_std", 0.5)],
+)
+def test_generic_exact_mode_matches_grae_closed_form(small_tree_mdp, ref, group_size, center, scale, clamp):
+    problem = small_tree_mdp
+    policy = _policy(problem, ref.random_probs(problem, 5))
+    cfg = AlgorithmConfig(advantage="grae", group_size=group_size, grae_center=center, grae_scale=scale, grae_clamp=clamp)
+    closed = exact_advantages(problem, policy, cfg, closed_form=True)
+    generic = exact_advantages(problem, policy, cfg, closed_form=False)
+    assert generic[0].num_rows != closed[0].num_rows  # two different enumerations ...
+    for moments in (_advantage_moments, _second_moments):  # ... of the same distribution
+        assert torch.allclose(moments(problem, *generic), moments(problem, *closed), atol=1e-12, rtol=0)
+    assert _second_moments(problem, *closed).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("update", ["gradient", "mirror"])
+def test_generic_exact_mode_gives_the_closed_form_update(small_tree_mdp, update):
+    from seeupo.tabular.train import RunConfig, run
+
+    cfg = preset("seeupo", group_size=3, epochs=5)
+    runs = [run(small_tree_mdp, cfg, RunConfig(iterations=2, update=update, exact_closed_form=c, init_scale=1.0, seed=3))
+            for c in (True, False)]
+    assert torch.allclose(runs[0].J, runs[1].J, atol=1e-10, rtol=0)
+    assert bool((runs[0].J[-1] > runs[0].J[0] + 1e-3).all())  # the update moved J: the comparison can fail
+
+
+def test_generic_exact_group_batch_structure(small_tree_mdp, ref):
+    problem = small_tree_mdp
+    policy = _policy(problem, ref.random_probs(problem, 6))
+    cfg = AlgorithmConfig(advantage="grae", group_size=3)
+    batch, own = exact_group_batch(problem, policy, cfg)
+    m = int(batch.traj_id[own].max()) + 1
+    # own trajectories 0..m-1, each in its own group with G - 1 group-mates of weight 0
+    assert torch.equal(torch.unique(batch.traj_id[own]), torch.arange(m))
+    assert bool((batch.weight[~own] == 0).all()) and bool((batch.weight[own] > 0).all())
+    sizes = torch.bincount(batch.group_id[batch.turn == 0])
+    assert bool((sizes == cfg.group_size).all()) and sizes.numel() == m
+    # the own trajectories' weights sum to 1 per instance (paths x group-mate multisets)
+    first = own & (batch.turn == 0)
+    mass = torch.zeros(problem.num_instances, dtype=torch.float64).index_add_(0, batch.instance[first], batch.weight[first])
+    assert torch.allclose(mass, torch.ones_like(mass), atol=1e-12, rtol=0)
+
+
+def test_generic_exact_mode_matches_monte_carlo_for_a_new_estimator(small_tree_mdp, ref):
+    """An estimator without a closed form (the return minus its group's best return, per-turn
+    rewards centred by the group's turn mean) is exact in expectation against sampling."""
+    from seeupo.core.advantages import broadcast_to_tokens
+    from seeupo.core.batch import per_trajectory, segment_sum
+    from seeupo.core.registry import ADV_ESTIMATORS, register_adv_est
+
+    @register_adv_est("best_mate_test", needs_group_stats=True)
+    def best_mate(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+        """``R_i - max_j R_j`` plus the turn reward minus the group's mean turn reward (placeholders count 0)."""
+        returns = per_trajectory(batch.traj_return, batch)
+        group = per_trajectory(batch.group_id, batch)
+        best = torch.full((batch.num_groups,), -torch.inf, dtype=returns.dtype).scatter_reduce(0, group, returns, "amax")
+        key = batch.group_id * (int(batch.turn.max()) + 1) + batch.turn
+        turn_mean = segment_sum(batch.reward, key, int(key.max()) + 1) / cfg.group_size
+        row = (returns - best[group])[batch.traj_id] + batch.reward - turn_mean[key]
+        return broadcast_to_tokens(row, batch)
+
+    try:
+        problem = small_tree_mdp
+        policy = _policy(problem, ref.random_probs(problem, 3))
+        cfg = AlgorithmConfig(advantage="best_mate_test", group_size=3)
+        batch, adv = exact_advantages(problem, policy, cfg)
+        exact = _advantage_moments(problem, batch, adv)
+        gen = torch.Generator().manual_seed(1)
+        calls, tasks = 30, 1000
+        draws = torch.stack([
+            _advantage_moments(problem, sampled, compute_advantages(sampled, cfg))
+            for sampled in (sample_batch(problem, policy, tasks, cfg.group_size, gen) for _ in range(calls))
+        ])
+        mc, se = draws.mean(0), draws.std(0) / calls**0.5
+        reachable = se > 0
+        assert reachable.sum() > 20
+        assert torch.allclose(exact[~reachable], torch.zeros_like(exact[~reachable]), atol=ATOL, rtol=0)
+        assert bool(((mc - exact).abs() <= 4.5 * se).all()), ((mc - exact) / se).abs().max()
+        assert (exact.abs() / se.clamp_min(1e-300))[reachable].max() > 20
+    finally:
+        ADV_ESTIMATORS.remove("best_mate_test")
