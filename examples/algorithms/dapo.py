@@ -47,10 +47,11 @@ and as part of an estimator it would read the lengths of group-mates' responses,
 mode does not provide.
 
 Exact mode: the group statistics count every member once (unweighted), the informative share is
-weighted by ``batch.weight``, and the estimator reads only the group's returns, so it is a
-symmetric function of the group's outcomes. The tabular engine's ``(group_sum, group_sumsq)``
-form is accepted too (it needs ``grae_scale="group_std"``, which :func:`config` keeps, so that the
-engine tracks the sum of squares).
+weighted by ``batch.weight``, and the estimator reads only the group's returns: a symmetric
+function of the group's outcomes, which the generic exact mode enumerates. It also has a closed
+form over each trajectory's ``(group_sum, group_sumsq)`` (``group_stats_closed_form``, the fast
+path), for which the engine tracks the sum of squares only under ``grae_scale="group_std"``, as
+:func:`config` keeps it; the two exact modes agree (tests/examples/test_algorithms.py).
 
 Use::
 
@@ -76,7 +77,7 @@ DEGENERATE_VAR = 1e-12
 """A group whose return variance is at most this has equal returns (round-off of equal returns stays far below)."""
 
 
-@register_adv_est("dapo", needs_group_stats=True)
+@register_adv_est("dapo", needs_group_stats=True, group_stats_closed_form=True)
 def dapo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """DAPO: GRPO's group-std advantage, 0 on groups of equal returns, rescaled as if those groups were filtered out."""
     G = cfg.group_size
@@ -90,7 +91,8 @@ def dapo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
         group_sumsq = segment_sum(returns**2, group, batch.num_groups)[group]
     else:
         if cfg.grae_scale != "group_std":
-            raise ValueError("dapo in the (group_sum, group_sumsq) exact mode needs grae_scale='group_std'")
+            raise ValueError("dapo's closed form needs grae_scale='group_std' (the sum of squares of returns); "
+                             "or use the generic exact mode, RunConfig(exact_closed_form=False)")
         group_sum, group_sumsq = group_stats
     informative = (group_sumsq - group_sum**2 / G) / (G - 1) > DEGENERATE_VAR
     adv = grae_from_group_stats(returns, group_sum, group_sumsq, G, center="mean", group_std=True, eps=EPS)

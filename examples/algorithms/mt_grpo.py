@@ -38,8 +38,8 @@ them differ.
 
 Exact mode: ``z`` and ``z_t`` count every group member once (unweighted) and read only the group's
 per-turn rewards, returns and valid masks, so the estimator is a symmetric function of the group's
-outcomes. The tabular engine's ``(group_sum, group_sumsq)`` form carries no per-turn rewards of
-the group-mates, so it is refused; an exact mode that passes whole groups can run it.
+outcomes, which the generic exact mode enumerates. It has no closed form over the group's
+``(sum, sum of squares)`` of returns: those carry no per-turn rewards.
 
 Use::
 
@@ -68,9 +68,6 @@ EPS = 1e-6
 @register_adv_est("mt_grpo", needs_group_stats=True)
 def mt_grpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """MT-GRPO: GRPO's outcome advantage plus LAMBDA x each non-final turn's reward standardised within its group."""
-    if group_stats is not None:
-        raise ValueError("mt_grpo needs the group-mates' per-turn rewards, not (group_sum, group_sumsq) of returns: "
-                         "use the sampled mode or an exact mode that passes whole groups")
     outcome = grae(batch, group_size=cfg.group_size, center="mean", scale="group_std", eps=EPS)  # z(R), [n, L]
 
     # z_t: each valid row's reward standardised among the valid rows of its (group, turn)

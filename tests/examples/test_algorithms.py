@@ -201,13 +201,6 @@ def test_mt_grpo_without_the_turn_term_is_grpo(load, monkeypatch):
     torch.testing.assert_close(compute_advantages(batch, mt.config()), compute_advantages(batch, preset("grpo")))
 
 
-def test_mt_grpo_refuses_the_sum_statistics_of_returns(load):
-    mt = load("mt_grpo")
-    batch = mt_batch()
-    with pytest.raises(ValueError, match="per-turn rewards"):
-        compute_advantages(batch, mt.config(), group_stats=(batch.traj_return, batch.traj_return**2))
-
-
 # ---- tabular runs
 
 
@@ -241,12 +234,63 @@ def test_dapo_rescale_changes_an_sgd_run(load):
     assert not torch.allclose(j_dapo, j_grpo)  # some groups of 4 have equal returns, so N / N_inf > 1
 
 
-@pytest.mark.parametrize("stem", ["dr_grpo", "dapo"])
-def test_exact_run_completes(load, stem):
-    """The tabular exact mode of today passes (group_sum, group_sumsq); both run on it."""
+def tree():
+    """Two turns, per-turn rewards, episodes that may end after the first turn."""
+    return random_tree_mdp(2, (2, 2), (2, 1), reward_levels=3, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("stem", ["dr_grpo", "dapo", "mt_grpo"])
+def test_exact_run_completes_and_improves(load, stem):
     cfg = load(stem).config()
     history = run(bandit(), cfg, RunConfig(mode="exact", iterations=4, seed=0))
     assert bool(torch.isfinite(history.J).all()) and float(history.J[-1].mean()) > float(history.J[0].mean())
+
+
+def test_dapo_closed_form_and_generic_exact_modes_agree(load):
+    cfg = load("dapo").config(epochs=3)
+    runs = [run(tree(), cfg, RunConfig(mode="exact", iterations=2, exact_closed_form=c, init_scale=1.0, seed=3))
+            for c in (True, False)]
+    assert torch.allclose(runs[0].J, runs[1].J, atol=1e-10, rtol=0)
+    assert bool((runs[0].J[-1] > runs[0].J[0] + 1e-3).all())  # the update moved J: the comparison can fail
+
+
+def test_mt_grpo_exact_mode_is_grpo_without_turn_rewards(load):
+    cfg = load("mt_grpo").config()
+    exact = RunConfig(mode="exact", iterations=2, init_scale=1.0, seed=3)
+    assert torch.allclose(run(bandit(), cfg, exact).J, run(bandit(), preset("grpo"), exact).J, atol=1e-10, rtol=0)
+
+
+def advantage_moments(batch: SampleBatch, adv: torch.Tensor) -> torch.Tensor:
+    """Per group, ``sum_i w_i A_i,t 1(h_t = h, a_t = a)`` over its rows, for every (instance, turn, history, action)."""
+    num_turns, num_hist = int(batch.turn.max()) + 1, int(batch.data["hist"].max()) + 1
+    num_act = int(batch.data["action"].max()) + 1
+    key = ((batch.instance * num_turns + batch.turn) * num_hist + batch.data["hist"]) * num_act + batch.data["action"]
+    cell = batch.group_id * (batch.num_instances * num_turns * num_hist * num_act) + key
+    row = adv[:, 0] * batch.weight * batch.valid
+    out = torch.zeros(batch.num_groups * batch.num_instances * num_turns * num_hist * num_act, dtype=DT)
+    return out.index_add_(0, cell, row).reshape(batch.num_groups, -1)
+
+
+@pytest.mark.parametrize("stem", ["dapo", "mt_grpo"])
+def test_generic_exact_advantages_are_the_expectation_of_sampled_ones(load, stem):
+    """``E[A_t 1(h_t = h, a_t = a)]`` per trajectory: the exact batch against 6000 sampled groups per instance."""
+    from seeupo.tabular.rollout import exact_advantages, sample_batch
+    from seeupo.tabular.train import initial_policy
+
+    cfg = load(stem).config(group_size=3)
+    problem = tree()
+    policy = initial_policy(problem, RunConfig(init_scale=1.0, seed=3))
+    batch, adv = exact_advantages(problem, policy, cfg, closed_form=False)
+    exact = advantage_moments(batch, adv).sum(0)  # own trajectories' weights sum to 1 per instance
+    sampled = sample_batch(problem, policy, 6000, cfg.group_size, torch.Generator().manual_seed(0))
+    per_group = advantage_moments(sampled, compute_advantages(sampled, cfg)) / cfg.group_size
+    per_group = per_group.reshape(per_group.shape[0], problem.num_instances, -1)
+    inst = torch.arange(per_group.shape[0]) // 6000  # groups are instance-major
+    draws = per_group[torch.arange(per_group.shape[0]), inst]  # [groups, cells of the group's instance]
+    mean = torch.stack([draws[inst == i].mean(0) for i in range(problem.num_instances)]).reshape(-1)
+    stderr = torch.stack([draws[inst == i].std(0) / 6000**0.5 for i in range(problem.num_instances)]).reshape(-1)
+    assert exact.abs().max() > 0.05  # the comparison can fail
+    assert bool(((exact - mean).abs() <= 5 * stderr + 1e-9).all()), ((exact - mean).abs() / stderr).max()
 
 
 # ---- the command line of each docstring
