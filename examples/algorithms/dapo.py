@@ -8,7 +8,7 @@ DAPO maximises, for a question with ``G`` sampled responses ``o_i`` of returns `
     J = E[ 1 / sum_i |o_i| * sum_i sum_t min(r_it A_i, clip(r_it, 1 - eps_low, 1 + eps_high) A_i) ]
     s.t. 0 < |{i : o_i correct}| < G,         A_i = (R_i - mean_j R_j) / std_j R_j.
 
-Implemented (:func:`config`):
+Implemented (the preset ``dapo`` that the plugin registers, :data:`PRESET`):
 
 * clip-higher: ``clip_eps_low=0.2``, ``clip_eps_high=0.28`` (built-in config fields);
 * the token-level loss ``1 / sum_i |o_i|``: ``aggregation="token_mean"`` (built in; like verl's
@@ -51,12 +51,12 @@ weighted by ``batch.weight``, and the estimator reads only the group's returns: 
 function of the group's outcomes, which the generic exact mode enumerates. It also has a closed
 form over each trajectory's ``(group_sum, group_sumsq)`` (``group_stats_closed_form``, the fast
 path), for which the engine tracks the sum of squares only under ``grae_scale="group_std"``, as
-:func:`config` keeps it; the two exact modes agree (tests/examples/test_algorithms.py).
+the preset keeps it; the two exact modes agree (tests/examples/test_algorithms.py).
 
-Use::
-
-    seeupo train run.yaml --plugin examples/algorithms/dapo.py --set algorithm.preset=grpo \\
-        --set algorithm.advantage=dapo --set algorithm.clip_eps_high=0.28 --set algorithm.kl_coef=0
+Use: ``seeupo train run.yaml --plugin examples/algorithms/dapo.py --set algorithm.preset=dapo``;
+a run config of the language-model trainer lays the paper's ``kl_coef=0.002`` and
+``clip_eps_high=0.2`` over every preset, so add ``--set algorithm.clip_eps_high=0.28 --set
+algorithm.kl_coef=0`` there. In Python, after :func:`seeupo.plugins.load_plugin`, ``preset("dapo")``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ import torch
 
 from seeupo.core.advantages import broadcast_to_tokens, grae_from_group_stats
 from seeupo.core.batch import per_trajectory, segment_sum
-from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.config import preset, register_preset
 from seeupo.core.registry import register_adv_est
 
 EPS = 1e-6
@@ -107,8 +107,5 @@ def dapo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
     return broadcast_to_tokens(adv[batch.traj_id] * rescale[batch.instance], batch)
 
 
-def config(**overrides: object) -> AlgorithmConfig:
-    """DAPO's configuration: GRPO's token-level PPO with clip-higher, token mean, no KL, and the ``dapo`` estimator."""
-    settings = {"name": "dapo", "advantage": "dapo", "grae_scale": "group_std", "clip_eps_low": 0.2,
-                "clip_eps_high": 0.28, "aggregation": "token_mean", "kl_coef": 0.0}
-    return preset("grpo", **{**settings, **overrides})
+PRESET = register_preset(preset("grpo", name="dapo", advantage="dapo", grae_scale="group_std", clip_eps_low=0.2,
+                                clip_eps_high=0.28, aggregation="token_mean", kl_coef=0.0))

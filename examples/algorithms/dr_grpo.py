@@ -33,20 +33,20 @@ constant (``trajectories x turns x MAX_TOKENS``) would need the rows' trajectory
 aggregation does not receive. On the toy problems (sequential bandits: every episode has all
 ``T`` turns, every action the same number of tokens) the denominator is that constant exactly.
 
-Use::
+Use: the plugin registers the preset ``dr_grpo``, ``preset("grpo", name="dr_grpo",
+grae_scale="none", aggregation="dr_grpo_token_sum")``::
 
-    seeupo train run.yaml --plugin examples/algorithms/dr_grpo.py \\
-        --set algorithm.preset=grpo --set algorithm.grae_scale=none --set algorithm.aggregation=dr_grpo_token_sum
+    seeupo train run.yaml --plugin examples/algorithms/dr_grpo.py --set algorithm.preset=dr_grpo
+    seeupo check dr_grpo --plugin examples/algorithms/dr_grpo.py
 
-or, in Python, ``preset("grpo", name="dr_grpo", grae_scale="none", aggregation="dr_grpo_token_sum")``
-(:func:`config` below).
+and in Python, after :func:`seeupo.plugins.load_plugin`, ``preset("dr_grpo", epochs=2)``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.config import preset, register_preset
 from seeupo.core.registry import register_aggregation
 
 MAX_TOKENS = 512
@@ -61,6 +61,4 @@ def dr_grpo_token_sum(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
     return weight, weight * MAX_TOKENS
 
 
-def config(**overrides: object) -> AlgorithmConfig:
-    """Dr. GRPO's configuration: GRPO with no std scaling and the constant-normaliser aggregation."""
-    return preset("grpo", **{"name": "dr_grpo", "grae_scale": "none", "aggregation": AGGREGATION, **overrides})
+PRESET = register_preset(preset("grpo", name="dr_grpo", grae_scale="none", aggregation=AGGREGATION))

@@ -41,10 +41,9 @@ per-turn rewards, returns and valid masks, so the estimator is a symmetric funct
 outcomes, which the generic exact mode enumerates. It has no closed form over the group's
 ``(sum, sum of squares)`` of returns: those carry no per-turn rewards.
 
-Use::
+Use: the plugin registers the preset ``mt_grpo``, ``preset("grpo", name="mt_grpo", advantage="mt_grpo")``::
 
-    seeupo train run.yaml --plugin examples/algorithms/mt_grpo.py --set algorithm.preset=grpo \\
-        --set algorithm.advantage=mt_grpo
+    seeupo train run.yaml --plugin examples/algorithms/mt_grpo.py --set algorithm.preset=mt_grpo
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ import torch
 
 from seeupo.core.advantages import broadcast_to_tokens, grae
 from seeupo.core.batch import segment_sum
-from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.config import preset, register_preset
 from seeupo.core.registry import register_adv_est
 
 LAMBDA = 1.0
@@ -84,6 +83,4 @@ def mt_grpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = No
     return outcome + LAMBDA * broadcast_to_tokens(z_turn, batch)
 
 
-def config(**overrides: object) -> AlgorithmConfig:
-    """MT-GRPO's configuration: GRPO (token-level PPO, token mean) with the ``mt_grpo`` estimator."""
-    return preset("grpo", **{"name": "mt_grpo", "advantage": "mt_grpo", **overrides})
+PRESET = register_preset(preset("grpo", name="mt_grpo", advantage="mt_grpo"))

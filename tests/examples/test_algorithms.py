@@ -12,7 +12,7 @@ import torch
 
 from seeupo import plugins
 from seeupo.core.batch import SampleBatch
-from seeupo.core.config import preset
+from seeupo.core.config import PRESETS, preset
 from seeupo.core.losses import aggregate, policy_objective, row_coefficients
 from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES
 from seeupo.core.update import compute_advantages
@@ -26,8 +26,9 @@ EPS = 1e-6  # the plugins' std epsilon, as the built-in GRPO's
 
 @pytest.fixture
 def load():
-    """Load an example plugin and return its module; afterwards unregister what it registered and forget it."""
+    """Load an example plugin and return its module; afterwards unregister its entries and presets, and forget it."""
     loaded: list[str] = []
+    presets_before = set(PRESETS)
 
     def _load(stem: str):
         key = plugins.load_plugin(str(ALGORITHMS / f"{stem}.py")).name
@@ -40,6 +41,8 @@ def load():
             module = sys.modules.get(getattr(registry.get(name).fn, "__module__", ""))
             if getattr(module, "__file__", None) in loaded:
                 registry.remove(name)
+    for name in set(PRESETS) - presets_before:
+        del PRESETS[name]
     for key in loaded:
         plugins._LOADED.pop(key, None)
 
@@ -87,9 +90,9 @@ def test_dr_grpo_aggregation_divides_token_sums_by_the_constant_budget(load):
 
 
 def test_dr_grpo_config_has_no_std_scaling(load):
-    dr = load("dr_grpo")
-    cfg = dr.config()
-    assert (cfg.name, cfg.preset, cfg.grae_scale, cfg.aggregation) == ("dr_grpo", "grpo", "none", "dr_grpo_token_sum")
+    load("dr_grpo")
+    cfg = preset("dr_grpo")
+    assert (cfg.name, cfg.preset, cfg.grae_scale, cfg.aggregation) == ("dr_grpo", "dr_grpo", "none", "dr_grpo_token_sum")
     batch = make_batch(traj_id=[0, 1, 2, 3], group_id=[0] * 4, returns=[1.0, 0.0, 0.0, 1.0], tokens=[1] * 4)
     torch.testing.assert_close(compute_advantages(batch, cfg)[:, 0], torch.tensor([0.5, -0.5, -0.5, 0.5], dtype=DT))
 
@@ -98,8 +101,8 @@ def test_dr_grpo_config_has_no_std_scaling(load):
 
 
 def test_dapo_zeroes_degenerate_groups_and_rescales_by_the_informative_share(load):
-    dapo = load("dapo")
-    cfg = dapo.config()
+    load("dapo")
+    cfg = preset("dapo")
     settings = (cfg.advantage, cfg.clip_eps_low, cfg.clip_eps_high, cfg.aggregation, cfg.kl_coef)
     assert settings == ("dapo", 0.2, 0.28, "token_mean", 0.0)
     # group 0: returns 1, 0, 0, 0 (mean 1/4, unbiased std 1/2); group 1: all 1 (degenerate)
@@ -153,10 +156,10 @@ def test_dapo_group_stats_form_gives_the_same_advantages(load):
     r = torch.tensor(returns, dtype=DT)
     stats = (torch.tensor([1.5] * 4 + [2.0] * 4, dtype=DT), torch.tensor([1.25] * 4 + [1.0] * 4, dtype=DT))
     assert torch.allclose(stats[0], torch.cat([r[:4].sum().repeat(4), r[4:].sum().repeat(4)]))
-    from_stats = compute_advantages(own_group, dapo.config(), group_stats=stats)
-    torch.testing.assert_close(from_stats, compute_advantages(batch, dapo.config()))
+    from_stats = compute_advantages(own_group, preset("dapo"), group_stats=stats)
+    torch.testing.assert_close(from_stats, compute_advantages(batch, preset("dapo")))
     with pytest.raises(ValueError, match="group_std"):  # without it the engine does not track the sum of squares
-        compute_advantages(own_group, dapo.config(grae_scale="none"), group_stats=stats)
+        compute_advantages(own_group, preset("grpo", advantage="dapo", grae_scale="none"), group_stats=stats)
 
 
 def test_dapo_with_every_group_degenerate_is_zero(load):
@@ -181,7 +184,7 @@ def mt_batch() -> SampleBatch:
 
 def test_mt_grpo_adds_the_turn_reward_standardised_within_the_group(load):
     mt = load("mt_grpo")
-    adv = compute_advantages(mt_batch(), mt.config()).reshape(4, 3)
+    adv = compute_advantages(mt_batch(), preset("mt_grpo")).reshape(4, 3)
     # outcome: returns 2.5, 1, 1, 0: mean 1.125, unbiased variance 3.1875 / 3
     z_out = torch.tensor([1.375, -0.125, -0.125, -1.125], dtype=DT) / (math.sqrt(3.1875 / 3) + EPS)
     # turn 0: rewards 1, 1, 0, 0: mean 1/2, unbiased std sqrt(1/3)
@@ -198,7 +201,7 @@ def test_mt_grpo_without_the_turn_term_is_grpo(load, monkeypatch):
     mt = load("mt_grpo")
     monkeypatch.setattr(mt, "LAMBDA", 0.0)
     batch = mt_batch()
-    torch.testing.assert_close(compute_advantages(batch, mt.config()), compute_advantages(batch, preset("grpo")))
+    torch.testing.assert_close(compute_advantages(batch, preset("mt_grpo")), compute_advantages(batch, preset("grpo")))
 
 
 # ---- tabular runs
@@ -210,14 +213,16 @@ def bandit():
 
 @pytest.mark.parametrize("stem", ["dr_grpo", "dapo", "mt_grpo"])
 def test_sampled_run_on_a_token_bandit_completes_and_improves(load, stem):
-    cfg = load(stem).config()
+    load(stem)
+    cfg = preset(stem)
     history = run(bandit(), cfg, RunConfig(mode="sampled", iterations=6, tasks=8, seed=0))
     assert history.J.shape == (7, 3) and bool(torch.isfinite(history.J).all())
     assert float(history.J[-1].mean()) > float(history.J[0].mean())  # Adam, lr 0.1: measured 0.573 -> 0.816 to 0.829
 
 
 def test_mt_grpo_is_grpo_without_turn_rewards_and_differs_with_them(load):
-    cfg = load("mt_grpo").config()
+    load("mt_grpo")
+    cfg = preset("mt_grpo")
     # SGD: Adam's first step from a fresh state is lr * sign(gradient), blind to most changes of scale
     sgd = RunConfig(mode="sampled", iterations=4, tasks=8, seed=0, optimizer="sgd", lr=1.0)
     # a token bandit pays only after the last turn: every turn term is 0
@@ -228,7 +233,8 @@ def test_mt_grpo_is_grpo_without_turn_rewards_and_differs_with_them(load):
 
 
 def test_dapo_rescale_changes_an_sgd_run(load):
-    cfg = load("dapo").config()
+    load("dapo")
+    cfg = preset("dapo")
     sgd = RunConfig(mode="sampled", iterations=4, tasks=8, seed=0, optimizer="sgd", lr=1.0)
     j_dapo, j_grpo = run(bandit(), cfg, sgd).J, run(bandit(), preset("grpo"), sgd).J
     assert not torch.allclose(j_dapo, j_grpo)  # some groups of 4 have equal returns, so N / N_inf > 1
@@ -241,13 +247,15 @@ def tree():
 
 @pytest.mark.parametrize("stem", ["dr_grpo", "dapo", "mt_grpo"])
 def test_exact_run_completes_and_improves(load, stem):
-    cfg = load(stem).config()
+    load(stem)
+    cfg = preset(stem)
     history = run(bandit(), cfg, RunConfig(mode="exact", iterations=4, seed=0))
     assert bool(torch.isfinite(history.J).all()) and float(history.J[-1].mean()) > float(history.J[0].mean())
 
 
 def test_dapo_closed_form_and_generic_exact_modes_agree(load):
-    cfg = load("dapo").config(epochs=3)
+    load("dapo")
+    cfg = preset("dapo", epochs=3)
     runs = [run(tree(), cfg, RunConfig(mode="exact", iterations=2, exact_closed_form=c, init_scale=1.0, seed=3))
             for c in (True, False)]
     assert torch.allclose(runs[0].J, runs[1].J, atol=1e-10, rtol=0)
@@ -255,7 +263,8 @@ def test_dapo_closed_form_and_generic_exact_modes_agree(load):
 
 
 def test_mt_grpo_exact_mode_is_grpo_without_turn_rewards(load):
-    cfg = load("mt_grpo").config()
+    load("mt_grpo")
+    cfg = preset("mt_grpo")
     exact = RunConfig(mode="exact", iterations=2, init_scale=1.0, seed=3)
     assert torch.allclose(run(bandit(), cfg, exact).J, run(bandit(), preset("grpo"), exact).J, atol=1e-10, rtol=0)
 
@@ -277,7 +286,8 @@ def test_generic_exact_advantages_are_the_expectation_of_sampled_ones(load, stem
     from seeupo.tabular.rollout import exact_advantages, sample_batch
     from seeupo.tabular.train import initial_policy
 
-    cfg = load(stem).config(group_size=3)
+    load(stem)
+    cfg = preset(stem, group_size=3)
     problem = tree()
     policy = initial_policy(problem, RunConfig(init_scale=1.0, seed=3))
     batch, adv = exact_advantages(problem, policy, cfg, closed_form=False)
@@ -298,10 +308,10 @@ def test_generic_exact_advantages_are_the_expectation_of_sampled_ones(load, stem
 
 SMALL = ["rollout.tasks_per_step=2", "algorithm.group_size=2", "env.options.warmup_steps=0", "env.options.num_tasks=4",
          "steps=1"]
-FLAGS = {
-    "dr_grpo": ["algorithm.preset=grpo", "algorithm.grae_scale=none", "algorithm.aggregation=dr_grpo_token_sum"],
-    "dapo": ["algorithm.preset=grpo", "algorithm.advantage=dapo", "algorithm.clip_eps_high=0.28", "algorithm.kl_coef=0"],
-    "mt_grpo": ["algorithm.preset=grpo", "algorithm.advantage=mt_grpo"],
+FLAGS = {  # as the docstrings give them
+    "dr_grpo": ["algorithm.preset=dr_grpo"],
+    "dapo": ["algorithm.preset=dapo", "algorithm.clip_eps_high=0.28", "algorithm.kl_coef=0"],
+    "mt_grpo": ["algorithm.preset=mt_grpo"],
 }
 
 
@@ -315,8 +325,10 @@ def test_seeupo_train_runs_with_the_plugin(load, tmp_path, stem):
     plugin = str(ALGORITHMS / f"{stem}.py")
     sets = [a for s in SMALL + FLAGS[stem] for a in ("--set", s)]
     assert main(["train", "--plugin", plugin, "--out", str(tmp_path / "run"), "--no-progress", *sets]) == 0
-    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["algorithm"]
+    registered = PRESETS[stem]
+    assert (saved["preset"], saved["name"], saved["advantage"], saved["aggregation"], saved["grae_scale"]) == (
+        stem, stem, registered.advantage, registered.aggregation, registered.grae_scale)
     for setting in FLAGS[stem][1:]:
         field, value = setting.removeprefix("algorithm.").split("=")
-        assert saved["algorithm"][field] == yaml.safe_load(value)
-    assert saved["plugins"][0].startswith(str(Path(plugin).resolve()) + "@sha256:")
+        assert saved[field] == yaml.safe_load(value)
