@@ -14,7 +14,8 @@ Implemented (the preset ``dapo`` that the plugin registers, :data:`PRESET`):
 * the token-level loss ``1 / sum_i |o_i|``: ``aggregation="token_mean"`` (built in; like verl's
   token-level loss it averages over every token of the batch, not of one group);
 * no KL term: ``kl_coef=0``;
-* dynamic sampling: the ``"dapo"`` estimator below.
+* dynamic sampling: the ``"dapo"`` estimator below (always mean-centred and std-scaled: it does
+  not read ``grae_center`` or ``grae_clamp``).
 
 Dynamic sampling drops the groups whose returns are all equal (verl's ``filter_groups``) and
 samples more until the batch holds ``B`` informative groups. A degenerate group's GRPO advantage

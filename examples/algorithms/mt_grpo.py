@@ -20,7 +20,8 @@ outcome the trajectory's return ``R_i`` (``batch.traj_return``, as GRPO uses)::
 
 ``z`` standardises over the ``G`` trajectories of the group (unbiased std plus ``EPS``: the
 built-in GRPO advantage), ``z_t`` over the group's trajectories still running at turn ``t``
-(its valid rows); a turn where fewer than two of them run gets no turn term.
+(its valid rows); a turn where fewer than two of them run gets no turn term. The ``grae_*``
+fields of the config are not read.
 
 Simplified, and why:
 
