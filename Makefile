@@ -10,7 +10,7 @@ BIN = $(VENV)/bin
 APPWORLD_VENV ?= .venv-appworld
 APPWORLD_SPEC ?= appworld==0.1.3.post1
 
-.PHONY: verify verify-quick train-demo test test-slow test-thorough test-vllm benchmark benchmark-rollout benchmark-gpu clean appworld-env test-appworld
+.PHONY: verify verify-quick train-demo test test-slow test-thorough test-vllm test-verl benchmark benchmark-rollout benchmark-gpu clean appworld-env test-appworld
 
 $(BIN)/seeupo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,20 @@ $(VLLM_BIN)/.seeupo-vllm: pyproject.toml
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_BIN)/pip install --quiet -e ".[test,llm]" "$(TORCH_SPEC)"
 	touch $(VLLM_BIN)/.seeupo-vllm
+
+# A separate environment for verl (verl pins transformers<5.11, older than the `llm` extra's);
+# seeupo's core needs no transformers, so only the `test` extra is installed next to it.
+VERL_VENV ?= .venv-verl
+VERL_SPEC ?= verl==0.9.1
+VERL_BIN = $(VERL_VENV)/bin
+
+$(VERL_BIN)/.seeupo-verl: pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install --quiet --upgrade pip
+	$(VERL_BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(VERL_BIN)/pip install --quiet "$(VERL_SPEC)" "$(TORCH_SPEC)"
+	$(VERL_BIN)/pip install --quiet -e ".[test]" "$(TORCH_SPEC)"
+	touch $(VERL_BIN)/.seeupo-verl
 
 verify: $(BIN)/seeupo
 	$(BIN)/seeupo verify
@@ -82,6 +96,10 @@ test-appworld: $(BIN)/seeupo $(APPWORLD_VENV)/.installed
 test-vllm: $(VLLM_BIN)/.seeupo-vllm
 	VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_BIN)/python -m pytest -q -s -rs -m vllm tests/llm/test_vllm_engine.py
 
+# seeupo's estimators and losses exported into verl's registries, against verl's own (tests marked verl)
+test-verl: $(VERL_BIN)/.seeupo-verl
+	$(VERL_BIN)/python -m pytest -q -rs -m verl tests/integrations
+
 # HF generate vs vLLM tokens/s (appends to benchmarks/RESULTS.md)
 benchmark-rollout: $(VLLM_BIN)/.seeupo-vllm
 	VLLM_CPU_KVCACHE_SPACE=2 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_BIN)/python benchmarks/rollout_throughput.py
@@ -99,7 +117,7 @@ benchmark-gpu: $(BIN)/seeupo
 	$(BIN)/python benchmarks/gpu_train.py --shape $(SHAPE)
 
 clean:
-	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) results .pytest_cache .hypothesis
+	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) $(VERL_VENV) results .pytest_cache .hypothesis
 
 # the figures (figures/NAME.png and their data NAME.json; figures/README.md lists them)
 .PHONY: figures figures-quick

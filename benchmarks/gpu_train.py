@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from seeupo.core.config import preset
     from seeupo.core.parallel import score_rows
-    from seeupo.core.update import compute_advantages, policy_update
+    from seeupo.core.update import UpdateSettings, compute_advantages, final_factor, policy_update
     from seeupo.llm.distributed import (
         enable_activation_checkpointing, init_distributed, launched_by_torchrun, rollout_replica, shard_model, shutdown,
     )
@@ -148,9 +148,12 @@ def main(argv: list[str] | None = None) -> dict:
                 torch.cuda.reset_peak_memory_stats(device)
             sync(device)
             start = time.perf_counter()
-            policy_update(policy, optimizer, batch, adv, cfg, logp_ref=logp, generator=torch.Generator().manual_seed(r),
-                          micro_batch_tokens=args.micro_batch_tokens, row_tokens=row_tokens, max_grad_norm=1.0, dp=env.dp,
-                          final_factor=args.final_factor)
+            stats = policy_update(policy, optimizer, batch, adv, cfg, UpdateSettings(
+                logp_ref=logp, generator=torch.Generator().manual_seed(r), micro_batch_tokens=args.micro_batch_tokens,
+                row_tokens=row_tokens, max_grad_norm=1.0, dp=env.dp,
+            ))
+            if args.final_factor:  # what the trainer adds for logging.m_final
+                final_factor(policy, batch, cfg, stats, env.dp)
             sync(device)
             if r > 0:
                 times[name].append(time.perf_counter() - start)

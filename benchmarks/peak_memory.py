@@ -35,7 +35,7 @@ def child(args: argparse.Namespace) -> None:
     from update_time import synthetic_batch
 
     from seeupo.core.config import preset
-    from seeupo.core.update import compute_advantages, policy_update
+    from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
     from seeupo.llm.policy import CausalLMPolicy
     from seeupo.llm.trainer import load_model
 
@@ -53,7 +53,7 @@ def child(args: argparse.Namespace) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     micro = args.child_micro or None
     start = time.perf_counter()
-    policy_update(policy, opt, batch, adv, cfg, logp_ref=logp, micro_batch_rows=micro, max_grad_norm=1.0)
+    policy_update(policy, opt, batch, adv, cfg, UpdateSettings(logp_ref=logp, micro_batch_rows=micro, max_grad_norm=1.0))
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"micro_batch_rows": micro, "rows": batch.num_rows,

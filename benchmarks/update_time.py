@@ -81,7 +81,7 @@ def configs(epochs: int, minibatches: int, group: int):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seeupo.core.update import compute_advantages, policy_update
+    from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
     from seeupo.llm.policy import CausalLMPolicy
     from seeupo.llm.trainer import load_model
 
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
             opt = torch.optim.AdamW(policy.parameters(), lr=1e-5)
             adv = compute_advantages(batch, cfg)
             start = time.perf_counter()
-            stats = policy_update(policy, opt, batch, adv, cfg, logp_ref=logp, generator=torch.Generator().manual_seed(r),
-                                  max_grad_norm=1.0)
+            stats = policy_update(policy, opt, batch, adv, cfg, UpdateSettings(
+                logp_ref=logp, generator=torch.Generator().manual_seed(r), max_grad_norm=1.0))
             times[name].append(time.perf_counter() - start)
             steps[name] = stats.steps
         loads.append(os.getloadavg()[0])

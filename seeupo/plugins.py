@@ -53,6 +53,8 @@ class LoadedPlugin:
 
 # file path or module name -> the plugin loaded under it, so that loading it again is a no-op
 _LOADED: dict[str, LoadedPlugin] = {}
+# file path or module name -> what its import registered: (registry field, or "preset"; name)
+_REGISTERED: dict[str, list[tuple[str, str]]] = {}
 
 
 def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
@@ -120,6 +122,7 @@ def _import(key: str, path: Path | None, field: str) -> None:
     module_name = key
     try:
         if path is None:
+            sys.modules.pop(key, None)  # a module forgotten by forget_plugins() registers again
             importlib.import_module(key)
         else:
             # a unique module name per file: two plugins both called est.py must not replace each other
@@ -139,6 +142,24 @@ def _import(key: str, path: Path | None, field: str) -> None:
         if isinstance(err, NameClash):
             raise _error(field, f"plugin {key}: {err}") from None
         raise
+    _REGISTERED[key] = [(r.field, name) for r, names in zip(registries, before) for name in set(r.names()) - names]
+    _REGISTERED[key] += [("preset", name) for name in set(PRESETS) - presets_before]
+
+
+def forget_plugins() -> None:
+    """Unregister everything the loaded plugins registered and forget them, as in a new process
+    (tests, and interactive sessions that edit a plugin and load it again)."""
+    from seeupo.core.config import PRESETS, REGISTRIES
+
+    by_field = {r.field: r for r in REGISTRIES}
+    for added in _REGISTERED.values():
+        for field, name in added:
+            if field == "preset":
+                PRESETS.pop(name, None)
+            elif name in by_field[field]:
+                by_field[field].remove(name)
+    _REGISTERED.clear()
+    _LOADED.clear()
 
 
 def _error(field: str, message: str) -> InputError:

@@ -204,5 +204,5 @@ def test_presets_choices_lists_every_registered_entry(seeupo):
     for registry in REGISTRIES:
         assert f"{registry.field} (registry: {registry.kind})" in out.stdout
         assert set(registry.names()) <= listed
-    assert "order: reverse, forward, random, custom" in out.stdout
+    assert "schedule: simultaneous, sequential" in out.stdout  # a fixed choice: its Literal
     assert len([line for line in out.stdout.splitlines() if not line.startswith("  ")]) == len(choices())

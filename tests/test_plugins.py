@@ -11,7 +11,7 @@ import pytest
 
 from seeupo import plugins
 from seeupo.cli import main
-from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, adv_estimator
+from seeupo.core.registry import AGGREGATIONS, TURN_ORDERS, adv_estimator
 
 SMALL = ["rollout.tasks_per_step=2", "algorithm.group_size=2", "env.options.warmup_steps=0", "env.options.num_tasks=4",
          "logging.progress=false", "steps=1", "checkpoint.every=1"]
@@ -37,24 +37,12 @@ def plugin_median(batch, cfg, *, critic_values=None, oracle=None, group_stats=No
 '''
 
 
-def _forget_plugins() -> None:
-    """What a new process sees: only the built-in entries, nothing loaded."""
-    for registry in (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS):
-        for name in registry.names():
-            if _module_of(registry, name).startswith("seeupo_plugin_"):
-                registry.remove(name)
-    plugins._LOADED.clear()
-
-
-def _module_of(registry, name: str) -> str:
-    return getattr(registry.get(name).fn, "__module__", "")
-
-
 @pytest.fixture(autouse=True)
 def fresh_registries():
-    _forget_plugins()
+    """What a new process sees: only the built-in entries, nothing loaded."""
+    plugins.forget_plugins()
     yield
-    _forget_plugins()
+    plugins.forget_plugins()
 
 
 def _train(tmp_path, *extra: str) -> list[str]:
@@ -83,7 +71,7 @@ def test_plugin_estimator_trains_and_the_saved_config_records_it(tmp_path, capsy
     assert saved["plugins"] == [f"{plugin.resolve()}@sha256:{digest}"]  # given twice, loaded and recorded once
 
     # a resume in a new process with the plugin edited is refused by the config comparison
-    _forget_plugins()
+    plugins.forget_plugins()
     plugin.write_text(plugin.read_text() + "# edited\n")
     capsys.readouterr()
     assert main(_train(tmp_path, "--set", "algorithm.advantage=plugin_median", "--plugin", str(plugin),
@@ -91,7 +79,7 @@ def test_plugin_estimator_trains_and_the_saved_config_records_it(tmp_path, capsy
     err = _one_line_error(capsys)
     assert "argument --resume" in err and "plugins" in err and digest in err
     # the saved config itself pins the hash: running it again names the change
-    _forget_plugins()
+    plugins.forget_plugins()
     assert main(["train", str(tmp_path / "run" / "config.yaml"), "--out", str(tmp_path / "other")]) == 2
     err = _one_line_error(capsys)
     assert "config.plugins[0]" in err and "has changed" in err and digest[:12] in err
@@ -135,8 +123,9 @@ def test_missing_plugin_file_or_module_is_one_line(tmp_path, capsys):
 def test_clash_with_a_builtin_is_one_line_naming_both_and_leaves_nothing_behind(tmp_path, capsys):
     plugin = tmp_path / "clash.py"
     plugin.write_text(
-        "from seeupo.core.registry import register_adv_est, register_aggregation\n"
+        "from seeupo.core.registry import register_adv_est, register_aggregation, register_turn_order\n"
         "@register_aggregation('my_sum')\ndef my_sum(n_tokens, weight):\n    return weight, weight\n"
+        "@register_turn_order('my_order')\ndef my_order(num_turns, cfg, generator):\n    return list(range(num_turns))\n"
         "@register_adv_est('grae')\ndef grae(batch, cfg, **kw):\n    return None\n"
     )
     builtin = adv_estimator("grae").fn
@@ -144,7 +133,7 @@ def test_clash_with_a_builtin_is_one_line_naming_both_and_leaves_nothing_behind(
     err = _one_line_error(capsys)
     assert "'grae' is already registered" in err and "seeupo.core.builtins.grae" in err and str(plugin.resolve()) in err
     assert adv_estimator("grae").fn is builtin
-    assert "my_sum" not in AGGREGATIONS  # the plugin's earlier registration was undone
+    assert "my_sum" not in AGGREGATIONS and "my_order" not in TURN_ORDERS  # the plugin's earlier registrations were undone
 
 
 def test_loading_the_same_file_twice_is_a_no_op(tmp_path):
@@ -165,3 +154,154 @@ def test_an_error_in_the_plugin_shows_its_traceback(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and f'File "{plugin.resolve()}", line 4, in helper' in proc.stderr
     assert "KeyError: 'missing_key'" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# a plugin algorithm in verify, search, replay, presets and check
+# ---------------------------------------------------------------------------------------------
+
+# an estimator that credits the worse trajectories: every exact update lowers J
+ANTI = '''
+from seeupo.core.advantages import broadcast_to_tokens
+from seeupo.core.batch import per_trajectory, segment_sum
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est
+
+@register_adv_est("anti_test", needs_group_stats=True)
+def anti(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+    """The group mean minus the return: GRPO's advantage with the sign flipped."""
+    r, g = per_trajectory(batch.traj_return, batch), per_trajectory(batch.group_id, batch)
+    mean = segment_sum(r, g, batch.num_groups) / cfg.group_size
+    return broadcast_to_tokens((mean[g] - r)[batch.traj_id], batch)
+
+register_preset(preset("rloo", name="anti_pg", advantage="anti_test"))
+'''
+
+
+def _anti_plugin(tmp_path):
+    plugin = tmp_path / "anti.py"
+    plugin.write_text(ANTI)
+    return plugin
+
+
+def test_verify_runs_a_plugin_algorithm_in_worker_processes(tmp_path, capsys):
+    plugin = _anti_plugin(tmp_path)
+    out = tmp_path / "verify"
+    args = ["verify", "--algorithms", "anti_pg,grpo", "--plugin", str(plugin), "--quick", "--instances", "2",
+            "--iterations", "2", "--workers", "2", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    import json
+
+    report = json.loads((out / "verify.json").read_text())
+    assert [e["row"] for e in report["table1"]] == ["anti_pg", "grpo"]
+    anti = [c for c in report["cells"] if c["row"] == "anti_pg"]
+    assert {c["verdict"] for c in anti} == {"J decreased"} and all(c["violations"] > 0 for c in anti)
+    assert report["table1"][1]["MT"]["paper"] == "no guarantee"  # a paper row keeps its claim
+    assert report["config"]["plugins"] == [plugins.loaded_plugins()[0].spec]
+    capsys.readouterr()
+    plugins.forget_plugins()  # a new process without the plugin
+    assert main(["verify", "--algorithms", "anti_pg", "--quick", "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert "argument --algorithms: unknown algorithms ['anti_pg']" in err and "--plugin" in err
+
+
+def test_search_finds_a_plugin_counterexample_and_replay_needs_the_same_plugin(tmp_path, capsys):
+    plugin = _anti_plugin(tmp_path)
+    out = tmp_path / "search"
+    assert main(["search", "--algorithm", "anti_pg", "--plugin", str(plugin), "--max-examples", "3", "--out", str(out)]) == 0
+    files = sorted(out.glob("anti_pg_*.json"))
+    assert len(files) == 5  # every generic search finds it
+    import json
+
+    recorded = json.loads(files[0].read_text())
+    assert recorded["plugins"] == [plugins.loaded_plugins()[0].spec]
+    assert recorded["algorithm"]["advantage"] == "anti_test"
+    assert all(e["plugins"] == recorded["plugins"] for e in json.loads((out / "searches.json").read_text()))
+    assert main(["replay", str(files[0]), "--plugin", str(plugin)]) == 0
+    assert "reproduced" in capsys.readouterr().out
+
+    plugins.forget_plugins()  # a new process: the file alone does not import the plugin it names
+    assert main(["replay", str(files[0])]) == 2
+    err = _one_line_error(capsys)
+    assert "field 'plugins'" in err and "recorded with plugin" in err and "--plugin" in err
+    plugin.write_text(ANTI + "# edited\n")  # an edited plugin does not pass for the recorded one
+    assert main(["replay", str(files[0]), "--plugin", str(plugin)]) == 2
+    assert "is not loaded with that content" in _one_line_error(capsys)
+
+
+def test_search_algorithm_errors_are_one_line(tmp_path, capsys):
+    assert main(["search", "--algorithm", "nope", "--out", str(tmp_path)]) == 2
+    assert "argument --algorithm: unknown algorithm 'nope'" in _one_line_error(capsys)
+    assert main(["search", "--algorithm", "grpo", "grpo_st_stochastic", "--out", str(tmp_path)]) == 2
+    assert "not both" in _one_line_error(capsys)
+
+
+def test_presets_of_a_plugin_and_of_an_installed_package(tmp_path, monkeypatch, capsys):
+    plugin = _anti_plugin(tmp_path)
+    assert main(["presets", "anti_pg", "--plugin", str(plugin)]) == 0
+    assert "advantage = anti_test" in capsys.readouterr().out
+    # an installed package offers its plugin through the entry-point group
+    package = tmp_path / "site" / "fake_seeupo_algos"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(ANTI.replace("anti_test", "anti_ep").replace("anti_pg", "anti_ep_pg"))
+    info = tmp_path / "site" / "fake_seeupo_algos-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-seeupo-algos\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[seeupo.plugins]\nfake = fake_seeupo_algos\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert plugins.entry_point_plugins() == ["fake_seeupo_algos"]
+    assert main(["presets", "anti_ep_pg"]) == 0
+    assert "advantage = anti_ep" in capsys.readouterr().out
+    assert [p.name for p in plugins.loaded_plugins()][-1] == "fake_seeupo_algos"
+
+
+def test_a_package_plugin_hash_covers_every_file(tmp_path, monkeypatch):
+    package = tmp_path / "pkg_hash_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg_hash_test import impl  # noqa: F401\n")
+    (package / "impl.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = plugins.load_plugin("pkg_hash_test").sha256
+    plugins.forget_plugins()
+    (package / "impl.py").write_text("X = 2\n")
+    assert plugins.load_plugin("pkg_hash_test").sha256 != before
+
+
+def test_check_reports_the_counterexamples_of_a_plugin_algorithm(tmp_path, capsys):
+    plugin = _anti_plugin(tmp_path)
+    out = tmp_path / "check"
+    args = ["check", "anti_pg", "--plugin", str(plugin), "--quick", "--no-bridge", "--max-examples", "2",
+            "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("anti_pg: J decreased; ")
+    import json
+
+    report = json.loads((out / "check.json").read_text())
+    assert report["monotonicity"]["measured"] == "J decreased"
+    assert all(s["found"] and s["reproduces"] for s in report["searches"])
+    assert report["plugins"] == [plugins.loaded_plugins()[0].spec]
+    text = (out / "check.md").read_text()
+    assert "Exact monotonicity, measured: **J decreased**" in text and "--plugin" in text
+    assert (out / "check.png").stat().st_size > 1000
+    for s in report["searches"]:
+        assert main(["replay", str(out / s["file"]), "--plugin", str(plugin)]) == 0
+    capsys.readouterr()
+    assert main(args) == 2  # one check per folder
+    assert "is not empty" in _one_line_error(capsys)
+    (out / "notes.txt").write_text("mine")
+    assert main([*args, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "mine"  # --overwrite deletes only the check's own files
+
+
+def test_check_of_an_estimator_without_exact_mode_runs_sampled_cells_only(tmp_path, capsys):
+    plugin = tmp_path / "inexact.py"
+    plugin.write_text(ANTI.replace("needs_group_stats=True)", "needs_group_stats=True, exact=False)"))
+    out = tmp_path / "check"
+    assert main(["check", "anti_pg", "--plugin", str(plugin), "--quick", "--no-bridge", "--no-progress",
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("anti_pg: no exact mode")
+    import json
+
+    report = json.loads((out / "check.json").read_text())
+    assert report["searches"] == [] and report["verify"]["no_exact_mode"] == ["anti_pg"]
+    assert {c["mode"] for c in report["verify"]["cells"]} == {"sampled"}

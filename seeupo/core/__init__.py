@@ -16,8 +16,13 @@ _EXPORTS = {
     "seeupo.core.config": ["PRESETS", "AlgorithmConfig", "preset"],
     "seeupo.core.losses": ["aggregate", "clipped_surrogate", "kl_penalty", "policy_objective"],
     "seeupo.core.parallel": ["DataParallel", "score_rows"],
-    "seeupo.core.registry": ["register_adv_est", "register_aggregation", "register_policy_loss"],
-    "seeupo.core.update": ["Policy", "compute_advantages", "policy_update", "sequential_sweep", "turn_order"],
+    "seeupo.core.registry": [
+        "register_adv_est", "register_aggregation", "register_m_factor", "register_policy_loss", "register_turn_order",
+    ],
+    "seeupo.core.update": [
+        "Policy", "TurnUpdate", "UpdateSettings", "UpdateStats", "compute_advantages", "current_factor", "final_factor",
+        "policy_update", "sequential_sweep", "turn_order",
+    ],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_MODULE_OF)

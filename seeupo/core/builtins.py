@@ -1,15 +1,23 @@
 """The paper's choices as registry entries (:mod:`seeupo.core.registry`).
 
 Each entry is a thin adapter from the registry's signature to the implementation in
-:mod:`seeupo.core.advantages` / :mod:`seeupo.core.losses`; the adapters import those torch
-modules when called, so that registering (and validating a configuration) stays light.
+:mod:`seeupo.core.advantages` / :mod:`seeupo.core.losses`, or a few lines of its own (turn
+orders, ``M`` factors); the adapters import torch when called, so that registering (and
+validating a configuration) stays light.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from seeupo.core.registry import LossSettings, register_adv_est, register_aggregation, register_policy_loss
+from seeupo.core.registry import (
+    LossSettings,
+    register_adv_est,
+    register_aggregation,
+    register_m_factor,
+    register_policy_loss,
+    register_turn_order,
+)
 
 # ---- advantage estimators: fn(batch, cfg, *, critic_values, oracle, group_stats) -> [n, L]
 
@@ -75,3 +83,53 @@ def seq_mean_token_mean(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
 def seq_mean_token_sum(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
     """Sum over tokens within a row, then mean over rows: ``c_i = w_i / sum_k w_k``."""
     return weight, weight
+
+
+# ---- turn orders: fn(num_turns, cfg, generator) -> a permutation of 0..num_turns-1
+
+
+@register_turn_order("reverse")
+def reverse(num_turns: int, cfg: Any, generator: Any) -> list[int]:
+    """Last turn first (SeeUPO): each turn is updated after every later turn."""
+    return list(reversed(range(num_turns)))
+
+
+@register_turn_order("forward")
+def forward(num_turns: int, cfg: Any, generator: Any) -> list[int]:
+    """First turn first."""
+    return list(range(num_turns))
+
+
+@register_turn_order("random")
+def random(num_turns: int, cfg: Any, generator: Any) -> list[int]:
+    """A uniformly random permutation, drawn from the update's generator."""
+    import torch
+
+    return torch.randperm(num_turns, generator=generator).tolist()
+
+
+@register_turn_order("custom")
+def custom(num_turns: int, cfg: Any, generator: Any) -> list[int]:
+    """``custom_order``, as given."""
+    return list(cfg.custom_order or ())
+
+
+# ---- M factors: fn(factor, ratio, cfg) -> the trajectories' new factor F[traj] after a turn
+
+
+@register_m_factor("none", uses_ratio=False)
+def no_factor(factor: Any, ratio: Any, cfg: Any) -> Any:
+    """No factor: every turn is updated on the plain advantage (``M = A``)."""
+    return factor
+
+
+@register_m_factor("happo")
+def happo(factor: Any, ratio: Any, cfg: Any) -> Any:
+    """HAPPO's ``F <- F * pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (Zhong et al. 2024; PAPER.md §4)."""
+    return factor * ratio.to(factor.dtype)
+
+
+@register_m_factor("clipped")
+def clipped(factor: Any, ratio: Any, cfg: Any) -> Any:
+    """The reference code's variant: each turn's ratio and the running product clipped to ``m_clip``."""
+    return (factor * ratio.clamp(*cfg.m_clip).to(factor.dtype)).clamp(*cfg.m_clip)

@@ -6,8 +6,9 @@ update, a ratio level, and a schedule. Any other point can be composed by hand::
     cfg = AlgorithmConfig(advantage="grae", grae_scale="group_std", update="ppo",
                           ratio_level="sequence", schedule="sequential", order="forward")
 
-The advantage estimator, the policy loss (``update``) and the aggregation are names of registry
-entries (:mod:`seeupo.core.registry`), so a new one is a decorated function, not an edit here.
+The advantage estimator, the policy loss (``update``), the aggregation, the turn order and the ``M``
+factor are names of registry entries (:mod:`seeupo.core.registry`), so a new one is a decorated
+function, not an edit here.
 """
 
 from __future__ import annotations
@@ -18,19 +19,25 @@ import typing
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from seeupo.core.registry import ADV_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, Registry, adv_estimator
+from seeupo.core.registry import (
+    ADV_ESTIMATORS,
+    AGGREGATIONS,
+    M_FACTORS,
+    POLICY_LOSSES,
+    TURN_ORDERS,
+    Registry,
+    adv_estimator,
+)
 
 # The closed choices of the fields that are not registries: each list is spelled once, here, and
 # validation and error messages read it (``get_args``). The open choices (``advantage``,
-# ``update``, ``aggregation``) are the registries of :mod:`seeupo.core.registry`.
+# ``update``, ``aggregation``, ``order``, ``m_factor``) are the registries of :mod:`seeupo.core.registry`.
 GraeCenter = Literal["mean", "loo", "none"]
 GraeScale = Literal["none", "group_std", "batch_std"]
 RatioLevel = Literal["token", "sequence"]
 RatioScope = Literal["turn", "trajectory"]
 KlEstimator = Literal["k1", "k3"]
 Schedule = Literal["simultaneous", "sequential"]
-Order = Literal["reverse", "forward", "random", "custom"]
-MFactor = Literal["none", "happo", "clipped"]
 MAlignment = Literal["trajectory", "shuffled"]
 
 
@@ -76,11 +83,13 @@ class AlgorithmConfig:
     Schedule
       schedule: ``"simultaneous"`` (all turns in one update) or ``"sequential"`` (one turn at
         a time, HAML of Zhong et al. 2024).
-      order: ``"reverse"`` (last turn first: SeeUPO), ``"forward"``, ``"random"`` or ``"custom"``.
+      order: a registered turn order (:func:`seeupo.core.registry.register_turn_order`); built in:
+        ``"reverse"`` (last turn first: SeeUPO), ``"forward"``, ``"random"`` or ``"custom"``.
       custom_order: the turn order (0-based) when ``order="custom"``.
-      m_factor: the sequential weight ``M``: ``"none"`` (the plain advantage), ``"happo"``
-        (``M <- M * pi_new / pi_old`` after each turn), or ``"clipped"`` (each factor and the
-        running product clipped to ``m_clip``, as in the reference code).
+      m_factor: the sequential weight ``M``, a registered factor rule
+        (:func:`seeupo.core.registry.register_m_factor`); built in: ``"none"`` (the plain
+        advantage), ``"happo"`` (``M <- M * pi_new / pi_old`` after each turn), or ``"clipped"``
+        (each factor and the running product clipped to ``m_clip``, as in the reference code).
       m_clip: the range of the ``"clipped"`` variant.
       m_length_norm: each factor of ``M`` is the geometric mean of the turn's token ratios
         (``exp(mean_j log rho_j)``, like GSPO's ratio) instead of the true sequence ratio
@@ -93,8 +102,8 @@ class AlgorithmConfig:
         factor recorded right after each turn's update. With independent per-turn parameters the
         two are equal; with parameters shared across turns (a language model) a later update
         moves the earlier turns' policies too, the recorded factor goes stale, and the refreshed
-        one is the ratio HAML's identity asks for. Costs one extra no-grad pass over the updated
-        turns' rows per turn.
+        one is the ratio HAML's identity asks for. Before each turn it makes a no-grad pass over
+        the updated turns' rows, in place of the recorded factor's pass over the last one's.
       m_alignment: ``"trajectory"`` (``M`` keyed by trajectory id: correct) or ``"shuffled"``,
         which reproduces the reference code's defect (PAPER.md §5): ``M`` is positional while
         each turn batch is re-ordered, so every trajectory receives the factor of a random
@@ -129,9 +138,9 @@ class AlgorithmConfig:
     epochs: int = 1
     minibatches: int = 1
     schedule: Schedule = "simultaneous"
-    order: Order = "reverse"
+    order: str = dataclasses.field(default="reverse", metadata={"choices": TURN_ORDERS.names})
     custom_order: tuple[int, ...] | None = None
-    m_factor: MFactor = "happo"
+    m_factor: str = dataclasses.field(default="happo", metadata={"choices": M_FACTORS.names})
     m_clip: tuple[float, float] = (0.8, 1.2)
     m_length_norm: bool = False
     m_refresh: bool = False
@@ -174,7 +183,7 @@ class AlgorithmConfig:
         return dataclasses.asdict(self)
 
 
-REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS)
+REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, TURN_ORDERS, M_FACTORS)
 REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
 
 

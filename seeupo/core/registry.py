@@ -1,8 +1,9 @@
-"""Registries of the algorithm's interchangeable pieces: advantage estimators, policy losses, aggregations.
+"""Registries of the algorithm's interchangeable pieces: advantage estimators, policy losses,
+aggregations, and the sequential schedule's turn orders and ``M`` factors.
 
 An algorithm of this toolkit names its pieces (``AlgorithmConfig.advantage``, ``.update``,
-``.aggregation``); each name is an entry of a registry here. A new piece is one decorated
-function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
+``.aggregation``, ``.order``, ``.m_factor``); each name is an entry of a registry here. A new
+piece is one decorated function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
 
     @register_adv_est("median_baseline", needs_group_stats=True)
     def median_baseline(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
@@ -27,6 +28,16 @@ Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.Sam
   minibatch, ``n_tokens`` their real token counts and ``weight`` their row weights (0 on
   placeholders): the aggregate is ``sum_i per_row_i * sum_j x_ij / sum_{k in instance} den_terms_k``
   (see :func:`seeupo.core.losses.row_coefficients`).
+* turn order: ``fn(num_turns, cfg, generator) -> list[int]``, the order in which a sequential
+  update visits the turns, a permutation of ``0..num_turns-1``; random draws come from
+  ``generator`` (a CPU ``torch.Generator`` or ``None``).
+* ``M`` factor: ``fn(factor, ratio, cfg) -> new factor``, how one turn's ratio enters the running
+  factor ``F[traj]`` of the sequential weights ``M_t = A * F[traj]`` (PAPER.md §4). ``factor`` is
+  ``[k]``, the current ``F`` of the ``k`` trajectories of the turn just updated (the advantages'
+  dtype); ``ratio`` is ``[k]``, their ``pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (the log-probabilities'
+  dtype, 1 on placeholder rows); the result is their new ``F`` in ``factor``'s dtype. ``F`` starts
+  at 1. An entry registered with ``uses_ratio=False`` is never called: ``F`` stays 1 and no ratio is
+  computed.
 
 This module imports no torch: the built-in entries (:mod:`seeupo.core.builtins`) import their
 implementations when called, so that validating a configuration and ``--help`` stay light.
@@ -82,7 +93,19 @@ class AdvantageEstimator:
 
 
 @dataclass(frozen=True)
-class PolicyLoss:
+class Entry:
+    """A registered function under its name; the kinds below add what the core needs to know about it."""
+
+    name: str
+    fn: Callable[..., Any]
+
+    @property
+    def doc(self) -> str:
+        return _first_line(self.fn)
+
+
+@dataclass(frozen=True)
+class PolicyLoss(Entry):
     """A registered policy loss and what it supports.
 
     surrogate: the loss is a function of the ratio ``pi / pi_old`` (it reads ``ratio_level``,
@@ -91,25 +114,28 @@ class PolicyLoss:
       (``log pi * A``) meant for one gradient step per batch.
     """
 
-    name: str
-    fn: Callable[..., Any]
     surrogate: bool = True
-
-    @property
-    def doc(self) -> str:
-        return _first_line(self.fn)
 
 
 @dataclass(frozen=True)
-class Aggregation:
+class Aggregation(Entry):
     """A registered aggregation of per-token values into one number per instance."""
 
-    name: str
-    fn: Callable[..., Any]
 
-    @property
-    def doc(self) -> str:
-        return _first_line(self.fn)
+@dataclass(frozen=True)
+class TurnOrder(Entry):
+    """A registered order of a sequential update's turns (``AlgorithmConfig.order``)."""
+
+
+@dataclass(frozen=True)
+class MFactor(Entry):
+    """A registered rule for the running factor ``F`` of the sequential weights (``AlgorithmConfig.m_factor``).
+
+    uses_ratio: the rule reads each turn's ratio; ``False``: ``F`` stays 1 (``M = A``), the rule is
+      never called and the update makes no ratio pass.
+    """
+
+    uses_ratio: bool = True
 
 
 @dataclass(frozen=True)
@@ -136,10 +162,20 @@ class NameClash(ValueError):
 class Registry(Generic[E]):
     """Named entries of one kind; a name is registered once."""
 
-    def __init__(self, kind: str, field: str) -> None:
+    def __init__(self, kind: str, field: str, entry: Callable[..., E]) -> None:
         self.kind = kind  # "advantage estimator", ...
         self.field = field  # the AlgorithmConfig field naming an entry
+        self.entry = entry  # the entry type: entry(name, fn, **options)
         self._entries: dict[str, E] = {}
+
+    def register(self, name: str, **options: Any) -> Callable[[F], F]:
+        """A decorator registering its function as entry ``name``; ``options``: the entry type's other fields."""
+
+        def decorate(fn: F) -> F:
+            self.add(name, self.entry(name, fn, **options))
+            return fn
+
+        return decorate
 
     def add(self, name: str, entry: E) -> None:
         """Register ``entry`` under ``name``; a clash with an existing entry is an error (never a silent override)."""
@@ -172,9 +208,11 @@ class Registry(Generic[E]):
         return name in self._entries
 
 
-ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", "advantage")
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "update")
-AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", "aggregation")
+ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", "advantage", AdvantageEstimator)
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "update", PolicyLoss)
+AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", "aggregation", Aggregation)
+TURN_ORDERS: Registry[TurnOrder] = Registry("turn order", "order", TurnOrder)
+M_FACTORS: Registry[MFactor] = Registry("M factor", "m_factor", MFactor)
 
 
 def register_adv_est(
@@ -201,22 +239,22 @@ def register_adv_est(
 
 def register_policy_loss(name: str, *, surrogate: bool = True) -> Callable[[F], F]:
     """Register the decorated function as the policy loss ``name`` (``AlgorithmConfig.update``; see :class:`PolicyLoss`)."""
-
-    def decorate(fn: F) -> F:
-        POLICY_LOSSES.add(name, PolicyLoss(name, fn, surrogate))
-        return fn
-
-    return decorate
+    return POLICY_LOSSES.register(name, surrogate=surrogate)
 
 
 def register_aggregation(name: str) -> Callable[[F], F]:
     """Register the decorated function as the loss aggregation ``name`` (see the module docstring)."""
+    return AGGREGATIONS.register(name)
 
-    def decorate(fn: F) -> F:
-        AGGREGATIONS.add(name, Aggregation(name, fn))
-        return fn
 
-    return decorate
+def register_turn_order(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the turn order ``name`` (``AlgorithmConfig.order``; module docstring)."""
+    return TURN_ORDERS.register(name)
+
+
+def register_m_factor(name: str, *, uses_ratio: bool = True) -> Callable[[F], F]:
+    """Register the decorated function as the ``M`` factor ``name`` (``AlgorithmConfig.m_factor``; :class:`MFactor`)."""
+    return M_FACTORS.register(name, uses_ratio=uses_ratio)
 
 
 def adv_estimator(name: str) -> AdvantageEstimator:

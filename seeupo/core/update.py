@@ -1,15 +1,24 @@
 """One policy-optimisation iteration: advantages, then a simultaneous or sequential update.
 
 This is the whole training step of every preset, for tabular policies and language
-models alike. Read :func:`policy_update` top to bottom: the sequential (HAML) branch is
-the SeeUPO loop of PAPER.md §4.
+models alike. Read :func:`policy_update`, then :func:`sequential_sweep`: the sequential
+(HAML) loop of PAPER.md §4, written as HARL's (Zhong et al. 2024)::
+
+    for t in order:
+        weights = A[turn t] * F[traj]            # M_t
+        for minibatch in plan: optimizer step on turn t's rows with these weights
+        F[traj] = m_factor(F[traj], pi_new(a_t|h_t) / pi_old(a_t|h_t))
+
+A turn's update is anything with the :class:`TurnUpdate` interface: the gradient steps of
+:class:`GradientSteps` here, or the tabular engine's closed-form mirror step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
 import torch
 
@@ -17,7 +26,7 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients, sequence_log_ratio
 from seeupo.core.parallel import DataParallel, owned, score_rows
-from seeupo.core.registry import adv_estimator, policy_loss
+from seeupo.core.registry import M_FACTORS, TURN_ORDERS, adv_estimator, policy_loss
 
 Tensor = torch.Tensor
 
@@ -58,16 +67,13 @@ def compute_advantages(
 
 
 def turn_order(cfg: AlgorithmConfig, num_turns: int, generator: torch.Generator | None = None) -> list[int]:
-    """The order in which a sequential update visits the turns (0-based absolute indices)."""
-    if cfg.order == "reverse":
-        return list(reversed(range(num_turns)))
-    if cfg.order == "forward":
-        return list(range(num_turns))
-    if cfg.order == "random":
-        return torch.randperm(num_turns, generator=generator).tolist()
-    order = list(cfg.custom_order or ())
+    """The order in which a sequential update visits the turns (0-based absolute indices): the
+    registered turn order ``cfg.order`` (:func:`seeupo.core.registry.register_turn_order`)."""
+    order = list(TURN_ORDERS.get(cfg.order).fn(num_turns, cfg, generator))
     if sorted(order) != list(range(num_turns)):
-        raise ValueError(f"custom_order {order} is not a permutation of the turns 0..{num_turns - 1}")
+        raise ValueError(
+            f"AlgorithmConfig.order={cfg.order!r} gives {order}, not a permutation of the turns 0..{num_turns - 1}"
+        )
     return order
 
 
@@ -145,6 +151,44 @@ def micro_batch_plan(
     return plan
 
 
+@dataclass(frozen=True, eq=False)
+class UpdateSettings:
+    """How :func:`policy_update` runs, besides the algorithm (``cfg``): extra inputs and execution settings.
+
+    None of them changes the algorithm: micro-batches and data parallelism give the same step
+    as one pass on one process.
+
+    Attributes:
+      logp_ref: ``[n, L]`` reference-policy log-probabilities of the batch (for ``cfg.kl_coef > 0``).
+      generator: the source of minibatch permutations, random turn orders and the shuffled-``M``
+        ablation (CPU draws, so a run draws the same on any device).
+      micro_batch_rows: rows per forward/backward pass (gradient accumulation; the step is
+        exactly the one-pass step); ``None``: the whole minibatch in one pass.
+      micro_batch_tokens: at most this many tokens per pass (:func:`micro_batch_plan`); needs
+        ``row_tokens``.
+      row_tokens: ``[n]`` the tokens row ``i`` puts through the model, context included.
+      max_grad_norm: clip the gradient's global norm before each optimizer step.
+      dp: data parallelism: this process's rank among processes that all call
+        :func:`policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
+    """
+
+    logp_ref: Tensor | None = None
+    generator: torch.Generator | None = None
+    micro_batch_rows: int | None = None
+    micro_batch_tokens: int | None = None
+    row_tokens: Tensor | None = None
+    max_grad_norm: float | None = None
+    dp: DataParallel | None = None
+
+    def select(self, rows: Tensor) -> "UpdateSettings":
+        """The settings of ``batch.select(rows)``: the per-row tensors restricted to ``rows``."""
+        return dataclasses.replace(
+            self,
+            logp_ref=self.logp_ref[rows] if self.logp_ref is not None else None,
+            row_tokens=self.row_tokens[rows] if self.row_tokens is not None else None,
+        )
+
+
 @dataclass
 class UpdateStats:
     """Diagnostics of one update, one entry per optimizer step (verl's ``actor/*`` metrics).
@@ -152,7 +196,9 @@ class UpdateStats:
     ``objective`` is the policy objective (``actor/pg_loss`` is its negative), ``kl`` the
     aggregated KL penalty before ``kl_coef``, ``grad_norm`` the gradient norm before
     clipping. A step whose loss or gradient is not finite is skipped (no parameter change)
-    and counted in ``skipped_steps``.
+    and counted in ``skipped_steps``. A sequential update also reports its ``turn_order`` and
+    ``factor``, the ``[n_traj]`` factor ``F`` that the last turn's weights read (the product over
+    the other turns; :func:`final_factor` adds the last turn's ratio).
     """
 
     steps: int = 0
@@ -162,8 +208,16 @@ class UpdateStats:
     kl: list[float] = field(default_factory=list)
     grad_norm: list[float] = field(default_factory=list)
     turn_order: list[int] = field(default_factory=list)
-    m_final: Tensor | None = None
-    m_current: Tensor | None = None  # the factor under the final policy (``track_m_drift``)
+    factor: Tensor | None = None
+
+
+class TurnUpdate(Protocol):
+    """One turn's policy improvement inside a sweep (or all turns', in a simultaneous update)."""
+
+    def __call__(self, rows: Tensor, weights: Tensor) -> None:
+        """Improve the policy on the batch rows ``rows`` (``[n]`` bool) with the per-token
+        ``weights`` (``[rows.sum(), L]``: the advantage, or ``M_t`` in a sequential sweep)."""
+        ...
 
 
 def _optimizer_step(
@@ -172,21 +226,18 @@ def _optimizer_step(
     batch: SampleBatch,
     weight: Tensor,
     cfg: AlgorithmConfig,
-    logp_ref: Tensor | None,
+    settings: UpdateSettings,
     stats: UpdateStats,
-    micro_batch_rows: int | None = None,
-    max_grad_norm: float | None = None,
-    micro_batch_tokens: int | None = None,
-    row_tokens: Tensor | None = None,
-    dp: DataParallel | None = None,
 ) -> None:
     """One optimizer step on ``batch``, as one or several accumulated forward/backward passes.
 
-    The aggregation's normalisers come from the whole ``batch`` (:func:`row_coefficients`),
-    so the accumulated gradient equals the one-pass gradient. With ``dp`` this process passes
-    only its own rows (padded with empty passes to the largest count over the processes) and
-    the diagnostics are summed over the processes.
+    ``settings`` holds ``batch``'s own rows (:meth:`UpdateSettings.select`). The aggregation's
+    normalisers come from the whole ``batch`` (:func:`row_coefficients`), so the accumulated
+    gradient equals the one-pass gradient. With ``settings.dp`` this process passes only its own
+    rows (padded with empty passes to the largest count over the processes) and the diagnostics
+    are summed over the processes.
     """
+    logp_ref, row_tokens, dp = settings.logp_ref, settings.row_tokens, settings.dp
     if cfg.kl_coef > 0.0 and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     coef = row_coefficients(batch, cfg.aggregation)
@@ -196,8 +247,8 @@ def _optimizer_step(
     )
     mine = owned(batch, dp).nonzero().squeeze(1)
     plan = [mine[rows] for rows in micro_batch_plan(
-        batch.select(mine), micro_batch_rows, whole_trajectories=whole_trajectories,
-        max_tokens=micro_batch_tokens, row_tokens=row_tokens[mine] if row_tokens is not None else None,
+        batch.select(mine), settings.micro_batch_rows, whole_trajectories=whole_trajectories,
+        max_tokens=settings.micro_batch_tokens, row_tokens=row_tokens[mine] if row_tokens is not None else None,
     )]
     if dp is not None:  # every process makes as many passes (the model's collectives must match)
         plan += [mine[:0]] * (int(dp.max(len(plan))) - len(plan))
@@ -234,7 +285,8 @@ def _optimizer_step(
         sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass], dtype=torch.float64, device="cpu"))
         objective_sum, kl_sum, clipped_mass = sums.tolist()
     params = [p for p in policy.parameters() if p.grad is not None]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm is not None else math.inf))
+    max_norm = settings.max_grad_norm if settings.max_grad_norm is not None else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if math.isfinite(objective_sum) and math.isfinite(kl_sum) and math.isfinite(grad_norm):
         optimizer.step()
     else:  # a non-finite loss or gradient would poison the parameters: skip the step
@@ -245,6 +297,44 @@ def _optimizer_step(
     stats.clip_frac.append(clipped_mass / max(batch.num_instances, 1))
     stats.kl.append(kl_sum)
     stats.grad_norm.append(grad_norm)
+
+
+@dataclass
+class GradientSteps:
+    """The gradient :class:`TurnUpdate`: ``epochs x minibatches`` optimizer steps on the given rows.
+
+    Each call draws its minibatches (:func:`minibatch_plan`, whole trajectories) from
+    ``settings.generator`` and appends one entry per step to ``stats``.
+    """
+
+    policy: Policy
+    optimizer: torch.optim.Optimizer
+    batch: SampleBatch
+    cfg: AlgorithmConfig
+    settings: UpdateSettings
+    stats: UpdateStats
+    epochs: int
+    minibatches: int
+
+    def __call__(self, rows: Tensor, weights: Tensor) -> None:
+        sub, settings = self.batch.select(rows), self.settings.select(rows)
+        for part in minibatch_plan(sub, self.epochs, self.minibatches, settings.generator):
+            _optimizer_step(self.policy, self.optimizer, sub.select(part), weights[part], self.cfg, settings.select(part),
+                            self.stats)
+
+
+def steps_per_turn(cfg: AlgorithmConfig, num_turns: int) -> tuple[int, int]:
+    """``(epochs, minibatches)`` of each turn of a sequential update.
+
+    ``cfg.epochs`` and ``cfg.minibatches``; with ``cfg.equal_budget`` (an ablation), the
+    simultaneous update's number of optimizer steps shared by the turns (see
+    :class:`~seeupo.core.config.AlgorithmConfig`).
+    """
+    if not cfg.equal_budget:
+        return cfg.epochs, cfg.minibatches
+    budget = max(1, (cfg.epochs * cfg.minibatches) // num_turns)
+    minibatches = min(cfg.minibatches, budget)
+    return budget // minibatches, minibatches
 
 
 def misaligned_m_keys(batch: SampleBatch, generator: torch.Generator | None) -> Tensor:
@@ -263,36 +353,67 @@ def misaligned_m_keys(batch: SampleBatch, generator: torch.Generator | None) -> 
 
 
 def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None) -> Tensor:
-    """Per-row ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` of one turn's rows: the factor of ``M``.
+    """Per-row ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` of one turn's rows: what enters the factor of ``M``.
 
     The true sequence ratio (product of token ratios), or its geometric mean with
-    ``cfg.m_length_norm``; 1 on placeholders; each factor clipped to ``cfg.m_clip`` with
-    ``cfg.m_factor="clipped"``. With ``dp``, each row is scored by its owner (:func:`score_rows`).
+    ``cfg.m_length_norm``; 1 on placeholders. With ``dp``, each row is scored by its owner
+    (:func:`score_rows`).
     """
     with torch.no_grad():
         mask = turn_batch.token_mask & turn_batch.valid[:, None]
         logp = score_rows(policy.token_logps, turn_batch, dp).to(turn_batch.logp_old.device)
         log_ratio = sequence_log_ratio(logp, turn_batch.logp_old, mask, length_norm=cfg.m_length_norm)
-        ratio = torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
-        return ratio.clamp(*cfg.m_clip) if cfg.m_factor == "clipped" else ratio
+        return torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
+
+
+def advance_factor(
+    factor: Tensor, policy: Policy, batch: SampleBatch, turn: int, cfg: AlgorithmConfig, dp: DataParallel | None = None
+) -> Tensor:
+    """``F`` once turn ``turn`` is updated: ``F[traj] <- m_factor(F[traj], ratio_t)`` on the turn's trajectories.
+
+    ``ratio_t`` is :func:`turn_ratio` under ``policy`` now, ``m_factor`` the registered rule
+    ``cfg.m_factor`` (:func:`seeupo.core.registry.register_m_factor`). A new tensor; a rule that
+    uses no ratio returns ``factor`` itself without scoring anything.
+    """
+    rule = M_FACTORS.get(cfg.m_factor)
+    if not rule.uses_ratio:
+        return factor
+    rows = batch.turn == turn
+    traj = batch.traj_id[rows]
+    factor = factor.clone()
+    factor[traj] = rule.fn(factor[traj], turn_ratio(policy, batch.select(rows), cfg, dp), cfg)
+    return factor
 
 
 def current_factor(
     policy: Policy, batch: SampleBatch, turns: list[int], cfg: AlgorithmConfig, dp: DataParallel | None = None
 ) -> Tensor:
-    """``[n_traj]`` the factor of ``M`` under the current policy: ``prod_{k in turns} pi(a_k|h_k) / pi_old(a_k|h_k)``.
+    """``[n_traj]`` the factor of ``M`` under the current policy over ``turns``: for ``happo``,
+    ``prod_{k in turns} pi(a_k|h_k) / pi_old(a_k|h_k)``.
 
     Compared with the factor recorded during a sweep, it measures how stale the recorded one
     went (parameters shared across turns); ``cfg.m_refresh`` uses it in place of the recorded one.
     """
     factor = torch.ones(batch.num_trajectories, dtype=batch.logp_old.dtype, device=batch.logp_old.device)
     for t in turns:
-        rows = batch.turn == t
-        traj = batch.traj_id[rows]
-        factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg, dp).to(factor.dtype)
-        if cfg.m_factor == "clipped":
-            factor = factor.clamp(*cfg.m_clip)
+        factor = advance_factor(factor, policy, batch, t, cfg, dp)
     return factor
+
+
+def next_factor(
+    factor: Tensor, policy: Policy, batch: SampleBatch, updated: list[int], cfg: AlgorithmConfig,
+    dp: DataParallel | None = None,
+) -> Tensor:
+    """The factor the next turn's weights read, once the turns ``updated`` (in sweep order) are updated.
+
+    HAML's recorded factor: ``factor`` advanced by the last updated turn's ratio
+    (:func:`advance_factor`). With ``cfg.m_refresh`` (an ablation) the factor under the current
+    policy over every updated turn instead (:func:`current_factor`): one no-grad pass over those
+    turns' rows.
+    """
+    if cfg.m_refresh:
+        return current_factor(policy, batch, updated, cfg, dp).to(factor.dtype)
+    return advance_factor(factor, policy, batch, updated[-1], cfg, dp)
 
 
 def sequential_sweep(
@@ -300,41 +421,52 @@ def sequential_sweep(
     batch: SampleBatch,
     advantages: Tensor,
     cfg: AlgorithmConfig,
-    update_turn: Callable[[Tensor, Tensor], None],
+    update_turn: TurnUpdate,
     generator: torch.Generator | None = None,
     dp: DataParallel | None = None,
-    final_factor: bool = True,
 ) -> tuple[list[int], Tensor]:
     """The HAML loop of PAPER.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
 
     For each turn ``t`` in ``cfg``'s order: the weights are ``M_t = A * F[traj]``;
-    ``update_turn(rows_t, M_t)`` improves the turn-``t`` policy on the turn-``t`` rows; then
-    ``F[traj] *= pi_new(a_t | h_t) / pi_old(a_t | h_t)`` for the same trajectories
-    (:func:`turn_ratio`). ``F`` is indexed by ``traj_id``, so re-ordering the rows cannot
-    misalign it. ``cfg.m_alignment="shuffled"`` (an ablation: the reference code's defect)
-    only changes which trajectory's factor each row reads. With ``dp`` every process runs the
-    same sweep on the same global batch (:mod:`seeupo.core.parallel`).
-    ``final_factor=False`` skips the ratio of the last turn in the order, which no update reads
-    (the parameters are the same; one no-grad pass over that turn's rows saved); ``F`` then
-    holds the product over the other turns.
+    ``update_turn(rows_t, M_t)`` improves the turn-``t`` policy on the turn-``t`` rows; then ``F``
+    takes the turn's ratio ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` for the same trajectories
+    (:func:`next_factor`). ``F`` is indexed by ``traj_id``, so re-ordering the rows cannot misalign
+    it. No update reads ``F`` after the last turn, so it is not computed (:func:`final_factor`
+    computes it for logs). With ``dp`` every process runs the same sweep on the same global batch
+    (:mod:`seeupo.core.parallel`).
+
+    The ablations sit outside the loop's three lines: ``cfg.m_alignment="shuffled"`` (the
+    reference code's defect) only changes which trajectory's factor each row reads
+    (``read_key``, drawn once before the loop), ``cfg.m_refresh`` which factor :func:`next_factor`
+    returns, and ``cfg.equal_budget`` the steps of the gradient ``update_turn``
+    (:func:`steps_per_turn`).
 
     Returns:
-      ``(order, F)`` with ``F`` the final per-trajectory factor.
+      ``(order, F)``: the turn order and the factor the last turn's weights read.
     """
     order = turn_order(cfg, num_turns(batch), generator)
     read_key = misaligned_m_keys(batch, generator) if cfg.m_alignment == "shuffled" else batch.traj_id
     factor = torch.ones(batch.num_trajectories, dtype=advantages.dtype, device=advantages.device)
     for i, t in enumerate(order):
         rows = batch.turn == t
-        if cfg.m_refresh and cfg.m_factor != "none":  # an ablation: the factor of the current policy
-            factor = current_factor(policy, batch, order[:i], cfg, dp).to(factor.dtype)
-        update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])
-        if cfg.m_factor != "none" and (final_factor or i < len(order) - 1):
-            traj = batch.traj_id[rows]
-            factor[traj] = factor[traj] * turn_ratio(policy, batch.select(rows), cfg, dp).to(factor.dtype)
-            if cfg.m_factor == "clipped":  # the running product is clipped too (reference code)
-                factor = factor.clamp(*cfg.m_clip)
+        update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])  # M_t = A * F[traj]
+        if i + 1 < len(order):  # no update reads F after the last turn
+            factor = next_factor(factor, policy, batch, order[: i + 1], cfg, dp)  # F[traj] <- m_factor(F, ratio_t)
     return order, factor
+
+
+def final_factor(
+    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, stats: UpdateStats, dp: DataParallel | None = None
+) -> Tensor | None:
+    """``[n_traj]`` the factor after the whole sweep of a sequential update, every turn's ratio included.
+
+    ``stats.factor`` advanced by the last turn's ratio under ``policy``, the policy that update
+    left (:func:`advance_factor`): for logs and checks only, since no update reads it. One
+    no-grad pass over the last turn's rows. ``None`` after a simultaneous update.
+    """
+    if stats.factor is None or not stats.turn_order:
+        return None
+    return advance_factor(stats.factor, policy, batch, stats.turn_order[-1], cfg, dp)
 
 
 def policy_update(
@@ -343,68 +475,24 @@ def policy_update(
     batch: SampleBatch,
     advantages: Tensor,
     cfg: AlgorithmConfig,
-    *,
-    logp_ref: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    micro_batch_rows: int | None = None,
-    micro_batch_tokens: int | None = None,
-    row_tokens: Tensor | None = None,
-    max_grad_norm: float | None = None,
-    track_m_drift: bool = False,
-    dp: DataParallel | None = None,
-    final_factor: bool = True,
+    settings: UpdateSettings | None = None,
 ) -> UpdateStats:
     """Update ``policy`` on ``batch`` with per-token ``advantages`` following ``cfg``.
 
     Simultaneous: ``epochs x minibatches`` optimizer steps on all turns at once (PPO, GRPO,
     GSPO, RLOO). Sequential: :func:`sequential_sweep`, each turn getting ``epochs x
-    minibatches`` steps on its own rows (or an equal share of that budget if
-    ``cfg.equal_budget``).
-
-    Args:
-      logp_ref: ``[n, L]`` reference-policy log-probabilities (for ``cfg.kl_coef > 0``).
-      generator: the source of minibatch permutations and random turn orders.
-      micro_batch_rows: rows per forward/backward pass (gradient accumulation; the step is
-        exactly the one-pass step); ``None``: the whole minibatch in one pass.
-      micro_batch_tokens, row_tokens: at most this many tokens per pass, with ``row_tokens[i]``
-        the tokens row ``i`` puts through the model (:func:`micro_batch_plan`).
-      max_grad_norm: clip the gradient's global norm before each optimizer step.
-      track_m_drift: after a sequential sweep, also record ``stats.m_current``, the factor of
-        ``M`` under the final policy, to compare with the recorded ``stats.m_final``.
-      final_factor: compute the factor of ``M`` after the last turn of the sweep, which no
-        update reads, to report it in ``stats.m_final``; ``False`` saves one no-grad pass over
-        that turn's rows and leaves ``stats.m_final`` at ``None`` (``track_m_drift`` needs it).
-      dp: data parallelism: this process's rank among processes that all call this function
-        with the same global batch (:mod:`seeupo.core.parallel`); the result is the
-        single-process update.
+    minibatches`` steps on its own rows (:func:`steps_per_turn`). ``settings``: the inputs and
+    execution settings that are not the algorithm (:class:`UpdateSettings`; ``None``: defaults).
+    With ``settings.dp`` the result is the single-process update.
     """
+    settings = settings if settings is not None else UpdateSettings()
     stats = UpdateStats()
-
-    def steps_on(rows: Tensor, weight: Tensor, epochs: int, minibatches: int) -> None:
-        sub = batch.select(rows)
-        sub_ref = logp_ref[rows] if logp_ref is not None else None
-        sub_tokens = row_tokens[rows] if row_tokens is not None else None
-        for part in minibatch_plan(sub, epochs, minibatches, generator):
-            _optimizer_step(
-                policy, optimizer, sub.select(part), weight[part], cfg, sub_ref[part] if sub_ref is not None else None,
-                stats, micro_batch_rows, max_grad_norm, micro_batch_tokens,
-                sub_tokens[part] if sub_tokens is not None else None, dp,
-            )
-
     if cfg.schedule == "simultaneous":
-        steps_on(torch.ones_like(batch.valid), advantages, cfg.epochs, cfg.minibatches)
+        steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, cfg.epochs, cfg.minibatches)
+        steps(torch.ones_like(batch.valid), advantages)
         return stats
-    epochs, minibatches = cfg.epochs, cfg.minibatches
-    if cfg.equal_budget:  # the simultaneous update's number of optimizer steps, shared by the turns
-        budget = max(1, (cfg.epochs * cfg.minibatches) // num_turns(batch))
-        minibatches = min(cfg.minibatches, budget)
-        epochs = budget // minibatches
-    final_factor = final_factor or track_m_drift
-    stats.turn_order, factor = sequential_sweep(
-        policy, batch, advantages, cfg, lambda rows, m: steps_on(rows, m, epochs, minibatches), generator, dp,
-        final_factor,
+    steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
+    stats.turn_order, stats.factor = sequential_sweep(
+        policy, batch, advantages, cfg, steps, settings.generator, settings.dp
     )
-    stats.m_final = factor if final_factor else None
-    if track_m_drift:
-        stats.m_current = current_factor(policy, batch, stats.turn_order, cfg, dp)
     return stats

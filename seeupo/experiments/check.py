@@ -151,6 +151,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     config = PRESETS[name]
     exact = adv_estimator(config.advantage).exact
     cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed)
+    if not exact and "sampled" not in cfg.modes:  # the only cells it can have
+        cfg = dataclasses.replace(cfg, modes=("sampled",))
     say(f"[1/3] verify: {name} on {cfg.instances} random problems per cell")
     verify_report = verify(cfg, progress=say)
     if exact:

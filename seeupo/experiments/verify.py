@@ -92,11 +92,32 @@ UPDATES: dict[str, tuple[str, str, dict[str, object]]] = {
 }
 
 
+def grid_choices() -> tuple[dict[str, dict[str, object]], dict[str, tuple[str, str, dict[str, object]]]]:
+    """The full grid's advantage estimators and updates: :data:`ADVANTAGES` and :data:`UPDATES`, plus
+    every other registered estimator (that the tabular engine runs without an oracle) and policy
+    loss, with their own options at their defaults, so that a plugin's entries join the grid."""
+    from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES
+
+    advantages = dict(ADVANTAGES)
+    covered = {str(a["advantage"]) for a in ADVANTAGES.values()}
+    for name in ADV_ESTIMATORS.names():
+        entry = adv_estimator(name)
+        if name not in covered and entry.tabular and not entry.needs_oracle:
+            advantages[name] = dict(advantage=name)
+    updates = dict(UPDATES)
+    covered = {str(u[2]["update"]) for u in UPDATES.values()}
+    for name in POLICY_LOSSES.names():
+        if name not in covered:
+            updates[name] = (name, "token" if policy_loss(name).surrogate else "sequence", dict(update=name))
+    return advantages, updates
+
+
 def full_grid_rows(exact_epochs: int) -> list[Row]:
-    """Every advantage estimator x every policy update (no paper claims attached)."""
+    """Every advantage estimator x every policy update (no paper claims attached); see :func:`grid_choices`."""
+    advantages, updates = grid_choices()
     rows = []
-    for adv_name, adv in ADVANTAGES.items():
-        for upd_name, (update, level, upd) in UPDATES.items():
+    for adv_name, adv in advantages.items():
+        for upd_name, (update, level, upd) in updates.items():
             name = f"{adv_name} + {upd_name}".lower().replace(" ", "_").replace("+", "").replace("(", "").replace(")", "").replace("__", "_")
             config = AlgorithmConfig(name=name, **adv, **upd)
             if not policy_loss(config.update).surrogate:  # a plain policy gradient: one SGD step

@@ -30,7 +30,9 @@ import torch
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.parallel import DataParallel, owned, score_rows
 from seeupo.core.registry import adv_estimator
-from seeupo.core.update import compute_advantages, policy_update
+from seeupo.core.update import (
+    UpdateSettings, UpdateStats, compute_advantages, current_factor, final_factor, policy_update,
+)
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
 from seeupo.llm.checkpoint import (
     latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, saved_run_config, set_rng_state,
@@ -253,14 +255,12 @@ class Trainer:
         advantages = compute_advantages(batch, algo, critic_values=values)
         t_prep = time.perf_counter()
 
-        stats = policy_update(
-            self.policy, self.optimizer, batch, advantages, algo, logp_ref=logp_ref,
-            generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
+        stats = policy_update(self.policy, self.optimizer, batch, advantages, algo, UpdateSettings(
+            logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
             micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
-            row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm,
-            track_m_drift=cfg.logging.m_drift and algo.schedule == "sequential", dp=dp,
-            final_factor=cfg.logging.m_final,
-        )
+            row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
+        ))
+        m_logs = self._m_metrics(batch, stats) if cfg.logging.m_final or cfg.logging.m_drift else {}
         critic_loss = self._update_critic(batch, advantages, values) if self.critic is not None else None
         lr = self.scheduler.get_last_lr()[0]
         if stats.skipped_steps < stats.steps:  # the schedule counts the steps actually taken
@@ -293,17 +293,30 @@ class Trainer:
             "timing_s/update_actor": t_update - t_prep,
             "perf/total_num_tokens": float(real.sum()),
         }
-        if stats.m_final is not None:
-            metrics["seeupo/m_final_mean"] = float(stats.m_final.mean())
-            metrics["seeupo/m_final_max"] = float(stats.m_final.max())
-        if stats.m_current is not None:
-            metrics["seeupo/m_drift_max"] = float((stats.m_final.log() - stats.m_current.log()).abs().max())
+        metrics |= m_logs
         if critic_loss is not None:
             metrics["critic/vf_loss"] = critic_loss
             metrics["critic/values/mean"] = float(values[real].mean())
         if self.env.metrics is not None:
             metrics |= self.env.metrics(self.policy)
         return metrics
+
+    def _m_metrics(self, batch: SampleBatch, stats: UpdateStats) -> dict[str, float]:
+        """The diagnostics of ``M`` after a sequential update (``logging.m_final``, ``logging.m_drift``).
+
+        Computed here, after the update and outside it: the factor after the whole sweep (one
+        no-grad pass over the last turn's rows) and, for the drift, the factor under the final
+        policy (one more pass over every row). Empty after a simultaneous update.
+        """
+        algo = self.cfg.algorithm
+        m_final = final_factor(self.policy, batch, algo, stats, self.dp)
+        if m_final is None:
+            return {}
+        out = {"seeupo/m_final_mean": float(m_final.mean()), "seeupo/m_final_max": float(m_final.max())}
+        if self.cfg.logging.m_drift:
+            m_current = current_factor(self.policy, batch, stats.turn_order, algo, self.dp)
+            out["seeupo/m_drift_max"] = float((m_final.log() - m_current.log()).abs().max())
+        return out
 
     def _update_critic(self, batch: SampleBatch, advantages: torch.Tensor, values: torch.Tensor) -> float:
         """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO).

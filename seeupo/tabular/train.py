@@ -16,7 +16,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.registry import adv_estimator
-from seeupo.core.update import compute_advantages, policy_update, sequential_sweep
+from seeupo.core.update import UpdateSettings, compute_advantages, num_turns, policy_update, sequential_sweep
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -109,47 +109,60 @@ positive (an assumption of the paper's Theorem 2) and paths through several disc
 do not underflow to probability 0 (which would hide their histories from later sweeps)."""
 
 
-@torch.no_grad()
-def mirror_step(
-    policy: TabularPolicy, batch: SampleBatch, advantages: Tensor, cfg: AlgorithmConfig, beta: float,
-    generator: torch.Generator | None = None,
-) -> None:
-    """Closed-form KL mirror step per history, through the same sweep as the gradient update.
+class MirrorStep:
+    """The closed-form KL mirror step of one turn: a :class:`seeupo.core.update.TurnUpdate`.
 
-    For each updated turn the estimated action value is ``Qhat(h, a) = sum w M / sum w`` over
-    the rows at ``(h, a)`` (``w`` the row weights, ``M`` the advantage or HAML weight), and
-    ``pi_new(.|h) ∝ pi_old(.|h) exp(Qhat(h, .) / beta)``; ``beta = 0`` puts all mass but
-    ``ARGMAX_FLOOR`` on the best sampled action. Histories without rows keep their policy. A simultaneous schedule
-    updates every turn with ``M = A``.
+    For the updated turn the estimated action value is ``Qhat(h, a) = sum w M / sum w`` over
+    the rows at ``(h, a)`` (``w`` the row weights, ``M`` the weights passed: the advantage or
+    the HAML weight), and ``pi_new(.|h) ∝ pi_old(.|h) exp(Qhat(h, .) / beta)``; ``beta = 0``
+    puts all mass but ``ARGMAX_FLOOR`` on the best sampled action. Histories without rows keep
+    their policy. ``pi_old`` is the policy when the step was made.
     """
-    old = policy.action_probs()
-    new = [p.clone() for p in old]
 
-    def update_turn(rows: Tensor, m: Tensor) -> None:
-        sub = batch.select(rows)
+    def __init__(self, policy: TabularPolicy, batch: SampleBatch, beta: float) -> None:
+        self.policy, self.batch, self.beta = policy, batch, beta
+        with torch.no_grad():
+            self.old = policy.action_probs()
+        self.new = [p.clone() for p in self.old]
+
+    @torch.no_grad()
+    def __call__(self, rows: Tensor, weights: Tensor) -> None:
+        sub, old = self.batch.select(rows), self.old
         t = int(sub.turn[0])
-        num_inst, num_hist, num_act = new[t].shape
+        num_inst, num_hist, num_act = self.new[t].shape
         key = (sub.instance * num_hist + sub.data["hist"]) * num_act + sub.data["action"]
         w = sub.weight * sub.valid.to(DTYPE)
-        row_m = (m * sub.token_mask).sum(1) / sub.token_mask.sum(1)
+        row_m = (weights * sub.token_mask).sum(1) / sub.token_mask.sum(1)
         num = torch.zeros(num_inst * num_hist * num_act, dtype=DTYPE).index_add_(0, key, w * row_m)
         den = torch.zeros_like(num).index_add_(0, key, w)
         seen = (den > 0).reshape(num_inst, num_hist, num_act)
         qhat = (num / den.clamp_min(1e-300)).reshape(seen.shape)
         has_data = seen.any(-1, keepdim=True)
-        if beta > 0:
-            logits = old[t].clamp_min(1e-300).log() + torch.where(seen, qhat, 0.0) / beta
+        if self.beta > 0:
+            logits = old[t].clamp_min(1e-300).log() + torch.where(seen, qhat, 0.0) / self.beta
             target = torch.softmax(logits, -1)
         else:
             best = torch.where(seen, qhat, torch.full_like(qhat, -torch.inf)).argmax(-1)
             greedy = torch.nn.functional.one_hot(best, num_act).to(DTYPE)
             target = (1.0 - ARGMAX_FLOOR) * greedy + ARGMAX_FLOOR / num_act
-        new[t] = torch.where(has_data, target, old[t])
-        policy.set_action_probs(new)
+        self.new[t] = torch.where(has_data, target, old[t])
+        self.policy.set_action_probs(self.new)
 
+
+def mirror_step(
+    policy: TabularPolicy, batch: SampleBatch, advantages: Tensor, cfg: AlgorithmConfig, beta: float,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Closed-form KL mirror step per history (:class:`MirrorStep`), through the same sweep as the gradient update.
+
+    A simultaneous schedule updates every turn with ``M = A``; a sequential one runs
+    :func:`seeupo.core.update.sequential_sweep` with the mirror step as its turn update.
+    """
+    update_turn = MirrorStep(policy, batch, beta)
     if cfg.schedule == "simultaneous":
-        for t in range(int(batch.turn.max()) + 1):
-            update_turn(batch.turn == t, advantages[batch.turn == t])
+        for t in range(num_turns(batch)):
+            rows = batch.turn == t
+            update_turn(rows, advantages[rows])
     else:
         sequential_sweep(policy, batch, advantages, cfg, update_turn, generator)
 
@@ -179,7 +192,7 @@ class AlgorithmStep:
             return
         if self.optimizer is None or self.run_cfg.reset_optimizer:
             self.optimizer = make_optimizer(policy.parameters(), self.run_cfg)
-        policy_update(policy, self.optimizer, batch, adv, self.cfg, generator=self.generator)
+        policy_update(policy, self.optimizer, batch, adv, self.cfg, UpdateSettings(generator=self.generator))
 
 
 def track(

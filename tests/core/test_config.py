@@ -183,3 +183,23 @@ def test_valid_edge_values_accepted():
 def test_unvalidated_bad_value_raises_with_field_name(kwargs, field):
     with pytest.raises(ValueError, match=field):
         AlgorithmConfig(**kwargs)
+
+
+def test_register_preset_names_an_algorithm_for_every_command():
+    from seeupo.core.config import PRESETS, preset, register_preset
+    from seeupo.core.registry import NameClash
+
+    try:
+        cfg = register_preset(preset("grpo", name="preset_test", grae_scale="none"))
+        assert PRESETS["preset_test"] is cfg and cfg.preset == "preset_test" and cfg.grae_scale == "none"
+        # a preset derived from it keeps its name for hyperparameters and renames for identity fields
+        assert preset("preset_test", group_size=8).name == "preset_test"
+        assert preset("preset_test", grae_scale="group_std").name == "preset_test+grae_scale=group_std"
+        with pytest.raises(NameClash, match="'preset_test' is already registered"):
+            register_preset(preset("seeupo").replace(name="preset_test"))
+        with pytest.raises(NameClash, match="'grpo' is already registered"):
+            register_preset(preset("seeupo").replace(name="grpo"))
+        with pytest.raises(ValueError, match="needs a name of its own"):
+            register_preset(preset("seeupo").replace(name="custom"))
+    finally:
+        PRESETS.pop("preset_test", None)

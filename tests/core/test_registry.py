@@ -1,6 +1,9 @@
-"""The registries: one decorated function adds an estimator, a loss or an aggregation that the whole core uses."""
+"""The registries: one decorated function adds an estimator, a loss, an aggregation, a turn order or an M factor
+that the whole core uses."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -12,12 +15,16 @@ from seeupo.core.losses import aggregate
 from seeupo.core.registry import (
     ADV_ESTIMATORS,
     AGGREGATIONS,
+    M_FACTORS,
     POLICY_LOSSES,
+    TURN_ORDERS,
     register_adv_est,
     register_aggregation,
+    register_m_factor,
     register_policy_loss,
+    register_turn_order,
 )
-from seeupo.core.update import compute_advantages, policy_update
+from seeupo.core.update import compute_advantages, final_factor, policy_update, turn_order
 from seeupo.validation import InputError, dataclass_from_dict
 
 DT = torch.float64
@@ -61,7 +68,10 @@ def test_builtins_are_the_config_choices():
     assert c["update"][:2] == ("reinforce", "ppo") and c["update"] == POLICY_LOSSES.names()
     assert c["aggregation"][:3] == ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
     assert c["aggregation"] == AGGREGATIONS.names()
-    assert c["order"] == ("reverse", "forward", "random", "custom")  # the non-registry choices read the Literal
+    assert c["order"][:4] == ("reverse", "forward", "random", "custom") and c["order"] == TURN_ORDERS.names()
+    assert c["m_factor"][:3] == ("none", "happo", "clipped") and c["m_factor"] == M_FACTORS.names()
+    assert c["schedule"] == ("simultaneous", "sequential")  # the non-registry choices read the Literal
+    assert not M_FACTORS.get("none").uses_ratio and M_FACTORS.get("happo").uses_ratio
     assert ADV_ESTIMATORS.get("gae").needs_critic and ADV_ESTIMATORS.get("grae").needs_group_stats
     assert not POLICY_LOSSES.get("reinforce").surrogate and POLICY_LOSSES.get("ppo").surrogate
 
@@ -166,11 +176,17 @@ def test_name_clash_raises_and_keeps_the_existing_entry():
         register_policy_loss("ppo")(lambda *a: None)
     with pytest.raises(ValueError, match="loss aggregation 'token_mean' is already registered"):
         register_aggregation("token_mean")(lambda *a: None)
+    with pytest.raises(ValueError, match="turn order 'reverse' is already registered"):
+        register_turn_order("reverse")(lambda *a: None)
+    with pytest.raises(ValueError, match="M factor 'happo' is already registered"):
+        register_m_factor("happo")(lambda *a: None)
+    assert TURN_ORDERS.get("reverse").fn(3, None, None) == [2, 1, 0]
     assert ADV_ESTIMATORS.get("grae") is before
 
 
 @pytest.mark.parametrize("field, registry", [("advantage", ADV_ESTIMATORS), ("update", POLICY_LOSSES),
-                                             ("aggregation", AGGREGATIONS)])
+                                             ("aggregation", AGGREGATIONS), ("order", TURN_ORDERS),
+                                             ("m_factor", M_FACTORS)])
 def test_unknown_name_is_one_line_listing_the_registered_names(field, registry):
     with pytest.raises(ValueError) as err:
         AlgorithmConfig(**{field: "nope"})
@@ -178,3 +194,93 @@ def test_unknown_name_is_one_line_listing_the_registered_names(field, registry):
     assert "\n" not in message and f"AlgorithmConfig.{field}='nope'" in message
     assert all(name in message for name in registry.names())
 
+
+
+# ---- the sequential schedule's pieces: turn orders and M factors
+
+LR = 0.5
+SEQUENTIAL = dict(advantage="oracle", update="reinforce", schedule="sequential")
+
+
+def sequential_run(make_batch, cfg, num_turns, adv):
+    """One trajectory of ``num_turns`` one-token rows; REINFORCE on ``log pi = theta`` (``logp_old = 0``), SGD, ``LR``.
+
+    Turn ``t``'s update is one step on ``theta_t * M_t``, so ``theta_t = LR * M_t`` and its ratio is
+    ``exp(theta_t)``. Returns ``(theta, stats, policy, batch)``.
+    """
+    batch = make_batch(traj_id=[0] * num_turns, turn=list(range(num_turns)), token_mask=[[True]] * num_turns,
+                       data={"row": torch.arange(num_turns)})
+    policy = ParamPolicy(torch.zeros(num_turns, 1, dtype=DT))
+    stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=LR), batch,
+                          torch.tensor(adv, dtype=DT)[:, None], cfg)
+    return policy.theta.detach().squeeze(1).tolist(), stats, policy, batch
+
+
+def test_registered_turn_order_is_valid_in_config_and_drives_the_sweep(registered, make_batch):
+    with pytest.raises(ValueError, match="order='odd_first'"):
+        AlgorithmConfig(order="odd_first")
+
+    @register_turn_order("odd_first")
+    def odd_first(num_turns, cfg, generator):
+        """The odd turns, then the even ones, each in ascending order."""
+        return [t for t in range(num_turns) if t % 2] + [t for t in range(num_turns) if t % 2 == 0]
+
+    registered.append((TURN_ORDERS, "odd_first"))
+    cfg = AlgorithmConfig(order="odd_first", **SEQUENTIAL)
+    assert "odd_first" in choices()["order"]
+    assert turn_order(cfg, 5) == [1, 3, 0, 2, 4]
+    theta, stats, _, _ = sequential_run(make_batch, cfg, 4, [1.0, 1.0, 1.0, 1.0])
+    assert stats.turn_order == [1, 3, 0, 2]
+    # by hand (HAPPO, A = 1): each turn's weight is the product of exp(theta) over the turns before it
+    t1 = LR
+    t3 = LR * math.exp(t1)
+    t0 = LR * math.exp(t1 + t3)
+    t2 = LR * math.exp(t1 + t3 + t0)
+    assert theta == pytest.approx([t0, t1, t2, t3], abs=1e-12)
+    assert float(stats.factor[0]) == pytest.approx(math.exp(t1 + t3 + t0), abs=1e-12)  # what turn 2 read
+
+
+def test_turn_order_that_is_no_permutation_is_a_one_line_error(registered):
+    @register_turn_order("first_twice")
+    def first_twice(num_turns, cfg, generator):
+        """Turn 0, twice."""
+        return [0, 0]
+
+    registered.append((TURN_ORDERS, "first_twice"))
+    with pytest.raises(ValueError) as err:
+        turn_order(AlgorithmConfig(order="first_twice"), 2)
+    assert "\n" not in str(err.value) and "order='first_twice' gives [0, 0], not a permutation" in str(err.value)
+
+
+def test_registered_m_factor_is_valid_in_config_and_drives_the_weights(registered, make_batch):
+    with pytest.raises(ValueError, match="m_factor='sqrt_ratio'"):
+        AlgorithmConfig(m_factor="sqrt_ratio")
+
+    @register_m_factor("sqrt_ratio")
+    def sqrt_ratio(factor, ratio, cfg):
+        """Half of each turn's log-ratio: ``F <- F * sqrt(pi_new / pi_old)``."""
+        return factor * ratio.sqrt().to(factor.dtype)
+
+    registered.append((M_FACTORS, "sqrt_ratio"))
+    cfg = AlgorithmConfig(m_factor="sqrt_ratio", order="forward", **SEQUENTIAL)
+    assert "sqrt_ratio" in choices()["m_factor"]
+    theta, stats, policy, batch = sequential_run(make_batch, cfg, 3, [1.0, 2.0, -1.0])
+    # by hand: theta_0 = LR; F = exp(theta_0 / 2); theta_1 = 2 LR F; F *= exp(theta_1 / 2); theta_2 = -LR F
+    t0 = LR
+    t1 = LR * 2.0 * math.exp(t0 / 2)
+    t2 = -LR * math.exp((t0 + t1) / 2)
+    assert theta == pytest.approx([t0, t1, t2], abs=1e-12)
+    assert float(final_factor(policy, batch, cfg, stats)[0]) == pytest.approx(math.exp((t0 + t1 + t2) / 2), abs=1e-12)
+
+
+def test_m_factor_that_uses_no_ratio_is_never_called(registered, make_batch):
+    @register_m_factor("plain", uses_ratio=False)
+    def plain(factor, ratio, cfg):
+        """The plain advantage (never called)."""
+        raise AssertionError("a rule registered with uses_ratio=False is not called")
+
+    registered.append((M_FACTORS, "plain"))
+    cfg = AlgorithmConfig(m_factor="plain", order="forward", **SEQUENTIAL)
+    theta, stats, policy, batch = sequential_run(make_batch, cfg, 3, [1.0, 2.0, -1.0])
+    assert theta == pytest.approx([LR, 2 * LR, -LR], abs=1e-15)  # M = A on every turn
+    assert final_factor(policy, batch, cfg, stats).tolist() == [1.0]

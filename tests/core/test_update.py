@@ -15,7 +15,18 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.config import AlgorithmConfig, preset
-from seeupo.core.update import compute_advantages, minibatch_plan, policy_update, sequential_sweep, turn_order
+from seeupo.core.update import (
+    UpdateSettings,
+    UpdateStats,
+    advance_factor,
+    compute_advantages,
+    current_factor,
+    final_factor,
+    minibatch_plan,
+    policy_update,
+    sequential_sweep,
+    turn_order,
+)
 
 DT = torch.float64
 T_TURNS, K_STATES, N_ACTIONS, L_TOK = 3, 3, 3, 2
@@ -120,7 +131,7 @@ def _run(batch, logits, cfg, seed=123, lr=2.0):
     policy = TinyPolicy(logits)
     opt = CountingSGD(policy.parameters(), lr=lr)
     adv = compute_advantages(batch, cfg)
-    stats = policy_update(policy, opt, batch, adv, cfg, generator=torch.Generator().manual_seed(seed))
+    stats = policy_update(policy, opt, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(seed)))
     return policy, stats
 
 
@@ -139,7 +150,7 @@ def test_m_final_invariant_to_row_permutation(relabel, epochs):
     assert not torch.equal(shuffled.traj_id, batch.traj_id)
     pol_b, st_b = _run(shuffled, logits, cfg)
 
-    m_a, m_b = st_a.m_final, st_b.m_final
+    m_a, m_b = final_factor(pol_a, batch, cfg, st_a), final_factor(pol_b, shuffled, cfg, st_b)
     assert m_a.shape == (N_TRAJ,) and m_b.shape == (N_TRAJ,)
     # the test is only meaningful if M differs between trajectories
     assert float(m_a.std()) > 1e-3
@@ -155,7 +166,8 @@ def test_m_final_invariant_with_minibatches_when_ids_are_kept():
     pol_a, st_a = _run(batch, logits, cfg)
     perm = torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(5))
     pol_b, st_b = _run(batch.select(perm), logits, cfg)
-    torch.testing.assert_close(st_b.m_final, st_a.m_final, rtol=1e-10, atol=1e-12)
+    m_a, m_b = final_factor(pol_a, batch, cfg, st_a), final_factor(pol_b, batch.select(perm), cfg, st_b)
+    torch.testing.assert_close(m_b, m_a, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(pol_b.logits, pol_a.logits, rtol=1e-10, atol=1e-12)
 
 
@@ -168,7 +180,8 @@ def test_shuffled_m_alignment_is_detected():
     perm = torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(99))
     pol_b, st_b = _run(batch.select(perm), logits, cfg)
     assert not torch.allclose(pol_b.logits, pol_a.logits, rtol=1e-8, atol=1e-10)
-    assert not torch.allclose(st_b.m_final, st_a.m_final, rtol=1e-8, atol=1e-10)
+    m_a, m_b = final_factor(pol_a, batch, cfg, st_a), final_factor(pol_b, batch.select(perm), cfg, st_b)
+    assert not torch.allclose(m_b, m_a, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("order", ["reverse", "forward"])
@@ -176,29 +189,30 @@ def test_m_final_is_product_of_turn_ratios_after_policy_update(order):
     # turn-t updates only move turn-t states, so the final M of a trajectory is the product over its turns
     # of pi_final(a_t|h_t) / pi_old(a_t|h_t), evaluated with the final policy
     batch, logits = make_rollout(seed=2)
-    policy, stats = _run(batch, logits, SEEUPO.replace(order=order, epochs=2))
-    expected = turn_ratios(policy, batch).prod(1)
-    torch.testing.assert_close(stats.m_final, expected, rtol=1e-10, atol=1e-12)
+    cfg = SEEUPO.replace(order=order, epochs=2)
+    policy, stats = _run(batch, logits, cfg)
+    ratios = turn_ratios(policy, batch)
+    expected = ratios.prod(1)
+    torch.testing.assert_close(final_factor(policy, batch, cfg, stats), expected, rtol=1e-10, atol=1e-12)
+    # the update itself stops before the last turn's ratio, which no update reads
+    torch.testing.assert_close(stats.factor, expected / ratios[:, stats.turn_order[-1]], rtol=1e-10, atol=1e-12)
     assert not torch.allclose(expected, torch.ones_like(expected))
 
 
 @pytest.mark.parametrize("order", ["reverse", "random"])
-def test_skipping_the_last_turns_factor_changes_no_parameter(order):
-    # the factor after the last turn of the sweep is read by no update: final_factor=False skips its
-    # no-grad pass and leaves the parameters exactly as they were
+def test_the_last_turns_factor_is_computed_only_on_request(order):
+    # the factor after the last turn of the sweep is read by no update: the update makes one
+    # no-grad ratio pass per other turn, and final_factor (for logs) one more, moving no parameter
     batch, logits = make_rollout(seed=2)
     cfg = SEEUPO.replace(order=order, epochs=2)
-    adv = compute_advantages(batch, cfg)
-    runs = []
-    for final in (True, False):
-        policy = TinyPolicy(logits)
-        stats = policy_update(policy, CountingSGD(policy.parameters(), lr=2.0), batch, adv, cfg,
-                              generator=torch.Generator().manual_seed(123), final_factor=final)
-        runs.append((policy, stats, len(policy.calls)))
-    (full, full_stats, full_calls), (short, short_stats, short_calls) = runs
-    assert torch.equal(full.logits, short.logits)
-    assert full_stats.m_final is not None and short_stats.m_final is None
-    assert short_calls == full_calls - 1  # one no-grad pass fewer
+    policy, stats = _run(batch, logits, cfg)
+    ratio_passes = [call for call in policy.calls if not any(call is g for g in policy.grad_calls)]
+    assert sorted(int(c.turn[0]) for c in ratio_passes) == sorted(stats.turn_order[:-1])
+    after_update = policy.logits.detach().clone()
+    m_final = final_factor(policy, batch, cfg, stats)
+    assert len(policy.calls) == len(ratio_passes) + len(policy.grad_calls) + 1
+    assert torch.equal(policy.logits.detach(), after_update)
+    assert not torch.equal(m_final, stats.factor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,10 +252,13 @@ def test_sweep_happo_weights(order, custom):
         traj = batch.traj_id[rows]
         # M_t = A * prod(ratios of the turns updated before), per trajectory
         torch.testing.assert_close(m, adv[rows] * running[traj][:, None], rtol=1e-12, atol=1e-12)
-        running = running * ratios[:, t]
+        if t != expected_order[-1]:  # no update reads the factor after the last turn
+            running = running * ratios[:, t]
     torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
+    full = advance_factor(factor, policy, batch, expected_order[-1], cfg)
+    torch.testing.assert_close(full, ratios.prod(1), rtol=1e-12, atol=1e-12)
     # placeholders contribute a factor of 1: trajectory 3 (length 1) only has its turn-0 ratio
-    torch.testing.assert_close(factor[3], ratios[3, 0])
+    torch.testing.assert_close(full[3], ratios[3, 0])
 
 
 def test_sweep_shuffled_alignment_misplaces_m_but_keeps_f_keyed():
@@ -256,7 +273,7 @@ def test_sweep_shuffled_alignment_misplaces_m_but_keeps_f_keyed():
         running = running * ratios[:, t]
     assert misplaced[0] is False  # before any update every factor is 1: nothing to misplace
     assert any(misplaced[1:])
-    torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(advance_factor(factor, policy, batch, order[-1], cfg), running, rtol=1e-12, atol=1e-12)
 
 
 def test_sweep_m_factor_none_keeps_the_advantage():
@@ -280,6 +297,7 @@ def test_sweep_m_factor_clipped_stays_in_range():
         torch.testing.assert_close(m, adv[rows] * running[traj][:, None], rtol=1e-12, atol=1e-12)
         # each factor and the running product clipped (the reference code's variant)
         running = (running * ratios[:, t].clamp(0.8, 1.2)).clamp(0.8, 1.2)
+    factor = advance_factor(factor, policy, batch, order[-1], cfg)
     torch.testing.assert_close(factor, running, rtol=1e-12, atol=1e-12)
     assert bool(((factor >= 0.8) & (factor <= 1.2)).all())
     assert bool(((factor == 0.8) | (factor == 1.2)).any())
@@ -288,12 +306,14 @@ def test_sweep_m_factor_clipped_stays_in_range():
 @pytest.mark.parametrize("m_factor", ["none", "clipped"])
 def test_policy_update_m_factor_variants(m_factor):
     batch, logits = make_rollout(seed=4)
-    _, stats = _run(batch, logits, SEEUPO.replace(m_factor=m_factor, m_clip=(0.9, 1.1), epochs=3), lr=5.0)
+    cfg = SEEUPO.replace(m_factor=m_factor, m_clip=(0.9, 1.1), epochs=3)
+    policy, stats = _run(batch, logits, cfg, lr=5.0)
+    m_final = final_factor(policy, batch, cfg, stats)
     if m_factor == "none":
-        assert torch.equal(stats.m_final, torch.ones(N_TRAJ, dtype=DT))
+        assert torch.equal(m_final, torch.ones(N_TRAJ, dtype=DT))
     else:
-        assert bool(((stats.m_final >= 0.9) & (stats.m_final <= 1.1)).all())
-        assert not torch.allclose(stats.m_final, torch.ones(N_TRAJ, dtype=DT))
+        assert bool(((m_final >= 0.9) & (m_final <= 1.1)).all())
+        assert not torch.allclose(m_final, torch.ones(N_TRAJ, dtype=DT))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,7 +392,8 @@ def test_step_counts(epochs, minibatches):
     for name, (cfg, expected) in cases.items():
         policy = TinyPolicy(logits)
         opt = CountingSGD(policy.parameters(), lr=0.1)
-        stats = policy_update(policy, opt, batch, compute_advantages(batch, cfg), cfg, generator=torch.Generator().manual_seed(0))
+        stats = policy_update(policy, opt, batch, compute_advantages(batch, cfg), cfg,
+                              UpdateSettings(generator=torch.Generator().manual_seed(0)))
         assert opt.n_steps == expected, name
         assert stats.steps == expected, name
         assert len(stats.objective) == len(stats.clip_frac) == expected, name
@@ -381,7 +402,7 @@ def test_step_counts(epochs, minibatches):
 def test_simultaneous_stats():
     batch, logits = make_rollout(seed=6)
     _, stats = _run(batch, logits, preset("grpo", group_size=G))
-    assert stats.m_final is None
+    assert stats.factor is None
     assert stats.turn_order == []
     assert stats.steps == 1
 
@@ -479,7 +500,7 @@ def test_kl_k3_has_no_gradient_at_the_reference():
         opt = torch.optim.SGD(policy.parameters(), lr=1.0)
         policy_update(
             policy, opt, batch, compute_advantages(batch, cfg), cfg,
-            logp_ref=batch.logp_old.clone(), generator=torch.Generator().manual_seed(0),
+            UpdateSettings(logp_ref=batch.logp_old.clone(), generator=torch.Generator().manual_seed(0)),
         )
         out[name] = policy.logits.detach()
     torch.testing.assert_close(out["k3"], out["none"], rtol=1e-12, atol=1e-12)
@@ -542,8 +563,8 @@ def _two_instance_rollout(seed: int):
 def _one_step(batch, logits, cfg, adv, logp_ref, micro_batch_rows):
     policy = TinyPolicy(logits)
     opt = torch.optim.SGD(policy.parameters(), lr=1.0)
-    stats = policy_update(policy, opt, batch, adv, cfg, logp_ref=logp_ref, generator=torch.Generator().manual_seed(0),
-                          micro_batch_rows=micro_batch_rows)
+    stats = policy_update(policy, opt, batch, adv, cfg, UpdateSettings(
+        logp_ref=logp_ref, generator=torch.Generator().manual_seed(0), micro_batch_rows=micro_batch_rows))
     return policy.logits.detach() - logits, stats, policy
 
 
@@ -623,9 +644,9 @@ def test_token_budget_micro_batches_accumulate_to_the_one_pass_step(schedule):
     adv = compute_advantages(batch, cfg)
     delta_one, _, _ = _one_step(batch, logits, cfg, adv, batch.logp_old, None)
     policy = TinyPolicy(logits)
-    policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0), batch, adv, cfg, logp_ref=batch.logp_old,
-                  generator=torch.Generator().manual_seed(0), micro_batch_tokens=3,
-                  row_tokens=batch.token_mask.sum(1) + 2)  # e.g. a 2-token context per row
+    policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0), batch, adv, cfg, UpdateSettings(
+        logp_ref=batch.logp_old, generator=torch.Generator().manual_seed(0), micro_batch_tokens=3,
+        row_tokens=batch.token_mask.sum(1) + 2))  # e.g. a 2-token context per row
     torch.testing.assert_close(policy.logits.detach() - logits, delta_one, rtol=0, atol=1e-10)
     assert len(policy.grad_calls) > 2 * cfg.epochs * cfg.minibatches  # the budget split the steps
 
@@ -656,7 +677,8 @@ def test_max_grad_norm_clips_the_step():
     free, stats, _ = _one_step(batch, logits, cfg, adv, None, None)
     policy = TinyPolicy(logits)
     opt = torch.optim.SGD(policy.parameters(), lr=1.0)
-    clipped = policy_update(policy, opt, batch, adv, cfg, generator=torch.Generator().manual_seed(0), max_grad_norm=0.01)
+    clipped = policy_update(policy, opt, batch, adv, cfg,
+                            UpdateSettings(generator=torch.Generator().manual_seed(0), max_grad_norm=0.01))
     step = policy.logits.detach() - logits
     assert stats.grad_norm[0] > 0.01
     torch.testing.assert_close(float(step.norm()), 0.01, rtol=1e-4, atol=0)  # torch adds 1e-6 to the norm
@@ -680,10 +702,11 @@ def test_m_length_norm_uses_the_geometric_mean_of_token_ratios():
     expected = torch.ones(N_TRAJ, dtype=DT)
     for row in range(batch.num_rows):
         expected[batch.traj_id[row]] *= mean_log[row].exp()
-    torch.testing.assert_close(stats.m_final, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(final_factor(policy, batch, cfg, stats), expected, rtol=1e-10, atol=1e-12)
     # two-token rows exist, so the normalised and the true factors differ
-    _, true_stats = _run(batch, logits, SEEUPO.replace(epochs=2))
-    assert not torch.allclose(stats.m_final, true_stats.m_final)
+    true_cfg = SEEUPO.replace(epochs=2)
+    true_policy, true_stats = _run(batch, logits, true_cfg)
+    assert not torch.allclose(final_factor(policy, batch, cfg, stats), final_factor(true_policy, batch, true_cfg, true_stats))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,8 +753,8 @@ def test_core_creates_no_tensor_without_a_device(name):
     with watch:
         adv = compute_advantages(batch, cfg, critic_values=values)
         policy = TinyPolicy(logits)
-        policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, adv, cfg,
-                      logp_ref=batch.logp_old, generator=torch.Generator().manual_seed(0), micro_batch_rows=4)
+        policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, adv, cfg, UpdateSettings(
+            logp_ref=batch.logp_old, generator=torch.Generator().manual_seed(0), micro_batch_rows=4))
     assert watch.seen > 0  # the watch sees the core's calls
     assert watch.missing == []
 
@@ -749,9 +772,11 @@ def _shared_states(batch: SampleBatch) -> SampleBatch:
 def test_recorded_m_equals_current_m_with_independent_turns():
     batch, logits = make_rollout(seed=17)
     policy = TinyPolicy(logits)
+    cfg = SEEUPO.replace(epochs=2)
     stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=2.0), batch, compute_advantages(batch, SEEUPO),
-                          SEEUPO.replace(epochs=2), generator=torch.Generator().manual_seed(0), track_m_drift=True)
-    torch.testing.assert_close(stats.m_current, stats.m_final, rtol=1e-12, atol=1e-12)
+                          cfg, UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    torch.testing.assert_close(current_factor(policy, batch, stats.turn_order, cfg), final_factor(policy, batch, cfg, stats),
+                               rtol=1e-12, atol=1e-12)
     refreshed, _ = _run(batch, logits, SEEUPO.replace(epochs=2, m_refresh=True), seed=0)
     plain, _ = _run(batch, logits, SEEUPO.replace(epochs=2), seed=0)
     torch.testing.assert_close(refreshed.logits, plain.logits, rtol=1e-12, atol=1e-12)
@@ -766,12 +791,11 @@ def test_shared_parameters_make_the_recorded_m_stale_and_refresh_uses_the_curren
     cfg = SEEUPO.replace(epochs=2)
     policy = TinyPolicy(logits)
     stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=2.0), batch, compute_advantages(batch, cfg), cfg,
-                          generator=torch.Generator().manual_seed(0), track_m_drift=True)
+                          UpdateSettings(generator=torch.Generator().manual_seed(0)))
     # later turns' updates moved the earlier turns' policies: the recorded factor is not the current one
-    assert (stats.m_final.log() - stats.m_current.log()).abs().max() > 1e-3
+    m_final, m_current = final_factor(policy, batch, cfg, stats), current_factor(policy, batch, stats.turn_order, cfg)
+    assert (m_final.log() - m_current.log()).abs().max() > 1e-3
     # with m_refresh, turn i's weights are A times the factor of the policy right before its update
-    from seeupo.core.update import current_factor, sequential_sweep
-
     adv = compute_advantages(batch, cfg)
     policy = TinyPolicy(logits)
     delta = 0.3 * torch.randn(logits.shape, generator=torch.Generator().manual_seed(3), dtype=DT)
@@ -786,3 +810,109 @@ def test_shared_parameters_make_the_recorded_m_stale_and_refresh_uses_the_curren
     for rows, m, factor in seen:
         torch.testing.assert_close(m, adv[rows] * factor[batch.traj_id[rows]][:, None], rtol=1e-12, atol=1e-12)
     assert not torch.allclose(seen[-1][2], torch.ones_like(seen[-1][2]))
+
+
+# ---------------------------------------------------------------------------------------------
+# (12) policy_update is the plain HAML loop: bit for bit the naive sweep written out here
+# ---------------------------------------------------------------------------------------------
+
+
+def _naive_step(policy, optimizer, mb, weights, cfg, logp_ref):
+    """One optimizer step in one pass: the objective and KL term of ``mb``, backward, step."""
+    from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients
+
+    coef = row_coefficients(mb, cfg.aggregation)
+    logp = policy.token_logps(mb)
+    objective, _ = policy_objective(
+        logp, mb, weights, update=cfg.update, ratio_level=cfg.ratio_level, ratio_scope=cfg.ratio_scope,
+        length_norm=cfg.length_norm, clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
+        dual_clip=cfg.dual_clip, aggregation=cfg.aggregation, coef=coef, token_coef=row_coefficients(mb, "token_mean"),
+    )
+    loss = -objective
+    if cfg.kl_coef > 0:
+        loss = loss + cfg.kl_coef * aggregate(kl_penalty(logp, logp_ref, cfg.kl_estimator), mb, cfg.aggregation, coef)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def _naive_update(policy, optimizer, batch, adv, cfg, generator, logp_ref):
+    """The update of PAPER.md §4 written out as one loop, with every ablation inline; returns ``F`` after all turns."""
+    from seeupo.core.update import misaligned_m_keys, num_turns, turn_ratio
+
+    if cfg.schedule == "simultaneous":
+        for part in minibatch_plan(batch, cfg.epochs, cfg.minibatches, generator):
+            _naive_step(policy, optimizer, batch.select(part), adv[part], cfg, logp_ref[part])
+        return None
+
+    def times_ratio(factor, t):  # F[traj] *= pi_new / pi_old of turn t, per cfg.m_factor
+        if cfg.m_factor == "none":
+            return factor
+        rows = batch.turn == t
+        ratio = turn_ratio(policy, batch.select(rows), cfg)
+        ratio = ratio.clamp(*cfg.m_clip) if cfg.m_factor == "clipped" else ratio
+        factor = factor.clone()
+        factor[batch.traj_id[rows]] *= ratio
+        return factor.clamp(*cfg.m_clip) if cfg.m_factor == "clipped" else factor
+
+    epochs, minibatches = cfg.epochs, cfg.minibatches
+    if cfg.equal_budget:
+        budget = max(1, epochs * minibatches // num_turns(batch))
+        minibatches = min(minibatches, budget)
+        epochs = budget // minibatches
+    order = turn_order(cfg, num_turns(batch), generator)
+    read = misaligned_m_keys(batch, generator) if cfg.m_alignment == "shuffled" else batch.traj_id
+    factor = torch.ones(N_TRAJ, dtype=DT)
+    for i, t in enumerate(order):
+        if cfg.m_refresh:  # the factor of the current policy over the turns updated so far
+            factor = torch.ones(N_TRAJ, dtype=DT)
+            for k in order[:i]:
+                factor = times_ratio(factor, k)
+        rows = batch.turn == t
+        weights, sub, sub_ref = adv[rows] * factor[read[rows]][:, None], batch.select(rows), logp_ref[rows]
+        for part in minibatch_plan(sub, epochs, minibatches, generator):
+            _naive_step(policy, optimizer, sub.select(part), weights[part], cfg, sub_ref[part])
+        factor = times_ratio(factor, t)
+    return factor
+
+
+NAIVE_CASES = {
+    "seeupo": SEEUPO,
+    "seeupo 2x2 kl": SEEUPO.replace(epochs=2, minibatches=2, kl_coef=0.1),
+    "m_refresh": SEEUPO.replace(epochs=2, m_refresh=True),
+    "shuffled": SEEUPO.replace(epochs=2, m_alignment="shuffled"),
+    "equal_budget": SEEUPO.replace(epochs=4, minibatches=2, equal_budget=True),
+    "clipped": SEEUPO.replace(epochs=3, m_factor="clipped", m_clip=(0.9, 1.1)),
+    "none": SEEUPO.replace(epochs=2, m_factor="none"),
+    "random order": SEEUPO.replace(epochs=2, order="random"),
+    "refresh clipped shuffled": SEEUPO.replace(epochs=2, m_refresh=True, m_factor="clipped", m_alignment="shuffled"),
+    "grpo": preset("grpo", group_size=G, epochs=2, minibatches=2, kl_coef=0.1),
+    "gspo": preset("gspo", group_size=G, epochs=2, minibatches=3),
+}
+
+
+@pytest.mark.parametrize("name", list(NAIVE_CASES))
+@pytest.mark.parametrize("shared", [False, True])
+def test_policy_update_is_bit_for_bit_the_naive_loop(name, shared):
+    cfg = NAIVE_CASES[name]
+    batch, logits = make_rollout(seed=19)
+    batch = batch.select(torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(20)))
+    if shared:  # every turn's policy shares the logits: later updates move the earlier turns' ratios
+        batch, logits = _shared_states(batch), logits[:K_STATES]
+        with torch.no_grad():
+            batch = batch.with_updates(logp_old=TinyPolicy(logits).token_logps(batch) * batch.token_mask)
+    adv = compute_advantages(batch, cfg)
+    logp_ref = batch.logp_old - 0.2
+    naive = TinyPolicy(logits)
+    expected = _naive_update(naive, torch.optim.SGD(naive.parameters(), lr=2.0), batch, adv, cfg,
+                             torch.Generator().manual_seed(21), logp_ref)
+    policy = TinyPolicy(logits)
+    stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=2.0), batch, adv, cfg,
+                          UpdateSettings(logp_ref=logp_ref, generator=torch.Generator().manual_seed(21)))
+    assert not torch.equal(policy.logits, logits)
+    assert torch.equal(policy.logits, naive.logits)
+    if expected is None:
+        assert stats.factor is None and final_factor(policy, batch, cfg, stats) is None
+    else:
+        assert torch.equal(final_factor(policy, batch, cfg, stats), expected)
+        assert cfg.m_factor == "none" or not torch.equal(expected, torch.ones_like(expected))

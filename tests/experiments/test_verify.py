@@ -46,6 +46,27 @@ def test_full_grid_is_every_advantage_times_every_update():
     assert {r.config.schedule for r in rows} == {"simultaneous", "sequential"}
 
 
+def test_registered_estimators_and_losses_join_the_full_grid():
+    from seeupo.core.builtins import reinforce
+    from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, register_adv_est, register_policy_loss
+
+    register_adv_est("grid_test_est", needs_group_stats=True)(lambda batch, cfg, **_: None)
+    register_adv_est("grid_test_oracle", needs_oracle=True)(lambda batch, cfg, **_: None)  # needs the oracle: not an algorithm
+    register_policy_loss("grid_test_loss", surrogate=False)(reinforce)
+    try:
+        rows = full_grid_rows(10)
+        assert len(rows) == 6 * 8
+        plugin_rows = [r for r in rows if r.config.advantage == "grid_test_est"]
+        assert len(plugin_rows) == 8 and {r.config.update for r in plugin_rows} == {"ppo", "reinforce", "grid_test_loss"}
+        loss_rows = [r for r in rows if r.config.update == "grid_test_loss"]
+        assert len(loss_rows) == 6 and all(r.optimizer == "sgd" and r.config.epochs == 1 for r in loss_rows)
+        assert not any(r.config.advantage == "grid_test_oracle" for r in rows)
+    finally:
+        ADV_ESTIMATORS.remove("grid_test_est")
+        ADV_ESTIMATORS.remove("grid_test_oracle")
+        POLICY_LOSSES.remove("grid_test_loss")
+
+
 def test_run_cell_detects_a_violation_with_shared_parameters():
     # the exact-mode SeeUPO cell with shared parameters lowered J in the default run; with
     # the same seed and settings a small batch must show a decrease, and the verdict says so

@@ -1,0 +1,5 @@
+"""Adapters from seeupo's registries to other training frameworks.
+
+Each submodule needs its framework installed and is imported only where it is:
+:mod:`seeupo.integrations.verl` (verl 0.9.1, see ``docs/verl.md``).
+"""
