@@ -55,9 +55,11 @@ path), for which the engine tracks the sum of squares only under ``grae_scale="g
 the preset keeps it; the two exact modes agree (tests/examples/test_algorithms.py).
 
 Use: ``seeupo train run.yaml --plugin examples/algorithms/dapo.py --set algorithm.preset=dapo``;
-a run config of the language-model trainer lays the paper's ``kl_coef=0.002`` and
-``clip_eps_high=0.2`` over every preset, so add ``--set algorithm.clip_eps_high=0.28 --set
-algorithm.kl_coef=0`` there. In Python, after :func:`seeupo.plugins.load_plugin`, ``preset("dapo")``.
+the trainer keeps a registered preset's own settings (the paper's ``kl_coef=0.002`` and
+``clip_eps_high=0.2`` apply to the built-in presets only), but a run config that sets
+``algorithm.kl_coef`` or a clip range itself (the bridge demo's sets ``kl_coef: 0.002``) overrides
+them: add ``--set algorithm.kl_coef=0`` there. In Python, after :func:`seeupo.plugins.load_plugin`,
+``preset("dapo")``.
 """
 
 from __future__ import annotations

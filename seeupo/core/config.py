@@ -235,6 +235,9 @@ PRESETS: dict[str, AlgorithmConfig] = {
     ),
 }
 
+#: The presets defined here (the paper's algorithms); :func:`register_preset` adds others to PRESETS.
+BUILTIN_PRESETS: frozenset[str] = frozenset(PRESETS)
+
 
 # Fields that make an algorithm what it is. Changing one of them makes a different algorithm,
 # so :func:`preset` renames it; the other fields (group size, clip range, KL coefficient, epochs,

@@ -44,11 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.config import BUILTIN_PRESETS, PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
-# the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2
+# the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
+# to the built-in presets, which the paper compares under them. A preset registered by a plugin
+# (register_preset) keeps its own settings: they are part of the algorithm its author defined
+# (DAPO's clip-higher 0.28, say).
 PAPER_ALGORITHM = {"group_size": 8, "kl_coef": 0.002, "kl_estimator": "k3", "clip_eps_low": 0.2, "clip_eps_high": 0.2}
 
 
@@ -289,6 +292,9 @@ ENV_OPTIONS: dict[str, tuple[str, str]] = {
 def resolve_algorithm(data: Any) -> AlgorithmConfig:
     """``{"preset": NAME, "name": LABEL, **overrides}`` -> the preset with the paper's settings, then the overrides.
 
+    The paper's settings (:data:`PAPER_ALGORITHM`) apply to the built-in presets only; a preset a
+    plugin registered keeps its own.
+
     The result is named as :func:`seeupo.core.config.preset` names it: the preset's name when only
     hyperparameters differ from it, ``NAME+field=value`` when an identity field does, or ``LABEL``
     when given (a preset's own name only for that preset's algorithm).
@@ -300,11 +306,12 @@ def resolve_algorithm(data: Any) -> AlgorithmConfig:
         raise InputError("config.algorithm.preset", f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     if label is not None and (not isinstance(label, str) or not label.strip() or len(label) > 200):
         raise InputError("config.algorithm.name", f"must be a non-empty string of at most 200 characters, got {label!r}")
-    base = _lists(PRESETS[name].replace(**PAPER_ALGORITHM).to_dict())
+    paper = PAPER_ALGORITHM if name in BUILTIN_PRESETS else {}
+    base = _lists(PRESETS[name].replace(**paper).to_dict())
     checked = dataclass_from_dict(AlgorithmConfig, {**base, **data}, "config.algorithm", ALGORITHM_BOUNDS)
     changes = {k: getattr(checked, k) for k in data}
     try:
-        return preset(name, **{**PAPER_ALGORITHM, **changes}, **({"name": label} if label is not None else {}))
+        return preset(name, **{**paper, **changes}, **({"name": label} if label is not None else {}))
     except ValueError as err:
         raise InputError("config.algorithm.name", str(err)) from None
 

@@ -197,3 +197,18 @@ def test_the_saved_algorithm_says_what_ran_and_reads_back():
     assert TrainConfig.from_dict(named.to_dict()) == named
     # the paper's settings and other hyperparameters are not a modification
     assert load_train_config(None, ["algorithm.preset=grpo", "algorithm.group_size=4"]).algorithm.name == "grpo"
+
+
+def test_a_registered_preset_keeps_its_own_settings_the_paper_ones_apply_to_built_ins():
+    from seeupo.core.config import preset, register_preset
+
+    register_preset(preset("grpo", name="clip_higher_test", clip_eps_high=0.28, kl_coef=0.0, group_size=6))
+    try:
+        cfg = load_train_config(None, ["algorithm.preset=clip_higher_test"]).algorithm
+        assert (cfg.name, cfg.clip_eps_high, cfg.kl_coef, cfg.group_size) == ("clip_higher_test", 0.28, 0.0, 6)
+        cfg = load_train_config(None, ["algorithm.preset=clip_higher_test", "algorithm.kl_coef=0.01"]).algorithm
+        assert (cfg.name, cfg.clip_eps_high, cfg.kl_coef) == ("clip_higher_test", 0.28, 0.01)
+        builtin = load_train_config(None, ["algorithm.preset=grpo"]).algorithm
+        assert (builtin.clip_eps_high, builtin.kl_coef, builtin.group_size) == (0.2, 0.002, 8)
+    finally:
+        PRESETS.pop("clip_higher_test")
