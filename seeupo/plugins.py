@@ -5,8 +5,9 @@ other ``register_*`` decorators) at import time. ``seeupo train --plugin my_est.
 ``plugins: [my_est.py]`` in a run config import it before the config's algorithm is checked, so a
 config may name the plugin's entries.
 
-Each loaded plugin is recorded as ``SPEC@sha256:HEX``: an absolute path for a file (a module
-name for a module) and the SHA-256 of the file's content. A run saves its plugins in that form,
+Each loaded plugin is recorded as ``SPEC@sha256:HEX``: a file's path (relative to the working
+directory when the file lies below it, else absolute; a module name for a module) and the SHA-256
+of its content. A run saves its plugins in that form,
 so resuming with an edited plugin is refused by the usual config comparison, and a spec given in
 that form is checked against the file before it is imported.
 
@@ -40,7 +41,8 @@ HASH_TAG = "@sha256:"
 
 @dataclass(frozen=True)
 class LoadedPlugin:
-    """What was imported: ``name`` (absolute file path or module name) and the SHA-256 of its source."""
+    """What was imported: ``name`` (a file's path, relative to the working directory when below it, or a
+    module name) and the SHA-256 of its source."""
 
     name: str
     sha256: str
@@ -90,7 +92,7 @@ def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
             raise _error(field, f"plugin {key} changed after it was loaded in this process; start a new process")
         return loaded
     _import(key, path if is_file else None, field)
-    _LOADED[key] = LoadedPlugin(key, digest)
+    _LOADED[key] = LoadedPlugin(_shown(key) if is_file else key, digest)
     return _LOADED[key]
 
 
@@ -160,6 +162,15 @@ def forget_plugins() -> None:
                 by_field[field].remove(name)
     _REGISTERED.clear()
     _LOADED.clear()
+
+
+def _shown(path: str) -> str:
+    """A plugin file as recorded: relative to the working directory when it lies below it (so that a
+    report committed with the project names no machine's folders), else absolute."""
+    try:
+        return str(Path(path).relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
 
 
 def _error(field: str, message: str) -> InputError:

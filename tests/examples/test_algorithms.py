@@ -29,8 +29,9 @@ def load():
     plugins.forget_plugins()
 
     def _load(stem: str):
-        key = plugins.load_plugin(str(ALGORITHMS / f"{stem}.py")).name
-        return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == key)
+        path = ALGORITHMS / f"{stem}.py"
+        plugins.load_plugin(str(path))
+        return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path.resolve()))
 
     yield _load
     plugins.forget_plugins()
