@@ -591,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the algorithm: a preset name (seeupo presets lists them)")
     _plugin_option(p)
     p.add_argument("--quick", action="store_true", help="small budgets (a few minutes): for a first look")
-    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 60; --quick 8)")
+    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150; --quick 8)")
     p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
     p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")

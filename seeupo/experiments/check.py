@@ -54,7 +54,7 @@ class CheckBudget:
     bridge_warmup: int
 
 
-DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=60,
+DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
                       bridge_steps=8, bridge_seeds=(0, 1, 2), bridge_warmup=40)
 QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
                     bridge_steps=2, bridge_seeds=(0,), bridge_warmup=5)
@@ -169,6 +169,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     row = algorithm_rows([name], cfg.exact_epochs)[0]
     report = {
         "algorithm": name,
+        "out": str(out),
         "config": config.to_dict(),
         "plugins": list(plugins),
         "budget": dataclasses.asdict(budget) | {"seed": seed},
@@ -220,8 +221,12 @@ def markdown(report: dict[str, Any]) -> str:
                      f"| {s.get('reproduces', '—')} |")
     if not report["searches"]:
         lines.append("| (none: no exact mode) | | | | |")
-    lines += ["", "Replay a counterexample: `seeupo replay OUT/counterexamples/FILE.json"
-              + "".join(f" --plugin {p.split('@sha256:')[0]}" for p in report["plugins"]) + "`.", ""]
+    plugin_flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in report["plugins"])
+    found = [s["file"] for s in report["searches"] if s["found"]]
+    if found:
+        lines += ["", "Replay the counterexamples: `seeupo replay "
+                  + " ".join(f"{report['out']}/{f}" for f in found) + plugin_flags + "`."]
+    lines.append("")
     body = verify_markdown(report["verify"]).split("\n", 1)[1]
     lines += ["## Verify cells", body, f"Total time: {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
