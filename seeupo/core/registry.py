@@ -53,7 +53,19 @@ E = TypeVar("E")
 
 
 @dataclass(frozen=True)
-class AdvantageEstimator:
+class Entry:
+    """A registered function under its name; the kinds below add what the core needs to know about it."""
+
+    name: str
+    fn: Callable[..., Any]
+
+    @property
+    def doc(self) -> str:
+        return _first_line(self.fn)
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator(Entry):
     """A registered advantage estimator and what it needs.
 
     needs_critic: the caller must pass ``critic_values`` (a value model is trained alongside).
@@ -77,8 +89,6 @@ class AdvantageEstimator:
     tabular, lm: usable by the tabular engine / the language-model trainer.
     """
 
-    name: str
-    fn: Callable[..., Any]
     needs_critic: bool = False
     needs_oracle: bool = False
     needs_group_stats: bool = False
@@ -86,22 +96,6 @@ class AdvantageEstimator:
     group_stats_closed_form: bool = False
     tabular: bool = True
     lm: bool = True
-
-    @property
-    def doc(self) -> str:
-        return _first_line(self.fn)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A registered function under its name; the kinds below add what the core needs to know about it."""
-
-    name: str
-    fn: Callable[..., Any]
-
-    @property
-    def doc(self) -> str:
-        return _first_line(self.fn)
 
 
 @dataclass(frozen=True)
@@ -227,14 +221,10 @@ def register_adv_est(
     lm: bool = True,
 ) -> Callable[[F], F]:
     """Register the decorated function as the advantage estimator ``name`` (see :class:`AdvantageEstimator`)."""
-
-    def decorate(fn: F) -> F:
-        ADV_ESTIMATORS.add(name, AdvantageEstimator(
-            name, fn, needs_critic, needs_oracle, needs_group_stats, exact, group_stats_closed_form, tabular, lm
-        ))
-        return fn
-
-    return decorate
+    return ADV_ESTIMATORS.register(
+        name, needs_critic=needs_critic, needs_oracle=needs_oracle, needs_group_stats=needs_group_stats, exact=exact,
+        group_stats_closed_form=group_stats_closed_form, tabular=tabular, lm=lm,
+    )
 
 
 def register_policy_loss(name: str, *, surrogate: bool = True) -> Callable[[F], F]:
