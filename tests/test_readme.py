@@ -11,14 +11,22 @@ def python_blocks() -> list[str]:
 
 
 def test_readme_examples_run_and_their_tests_pass():
+    from seeupo.core.config import REGISTRIES
+
     blocks = python_blocks()
     assert len(blocks) >= 2
-    for k, source in enumerate(blocks):
-        namespace: dict = {"__name__": f"readme_block_{k}"}
-        exec(compile(source, f"README.md python block {k}", "exec"), namespace)
-        for name, fn in namespace.items():
-            if name.startswith("test_") and callable(fn):
-                fn()  # hypothesis runs each @given test with its own settings
+    before = [set(r.names()) for r in REGISTRIES]
+    try:
+        for k, source in enumerate(blocks):
+            namespace: dict = {"__name__": f"readme_block_{k}"}
+            exec(compile(source, f"README.md python block {k}", "exec"), namespace)
+            for name, fn in namespace.items():
+                if name.startswith("test_") and callable(fn):
+                    fn()  # hypothesis runs each @given test with its own settings
+    finally:  # what the examples registered is not left to the tests after this one
+        for registry, names in zip(REGISTRIES, before):
+            for name in set(registry.names()) - names:
+                registry.remove(name)
 
 
 def test_readme_train_configs_are_valid(tmp_path):
