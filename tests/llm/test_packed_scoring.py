@@ -8,7 +8,6 @@ checkpointing and a core update, while the packed layout forwards exactly the ca
 from __future__ import annotations
 
 import copy
-import types
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from seeupo.core.config import preset
 from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
 from seeupo.llm.distributed import enable_activation_checkpointing
+from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, pack_rows, packing_plan
 from seeupo.llm.rollout import Completion, SamplingParams
 
@@ -37,21 +37,11 @@ STOCK64_GRAD_REL = 1e-6
 TOL32 = 2e-5
 
 
-def _float64_norm(self, hidden: torch.Tensor) -> torch.Tensor:
-    """Qwen3's RMSNorm in the input's own dtype (transformers' computes in float32)."""
-    variance = hidden.pow(2).mean(-1, keepdim=True)
-    return self.weight * (hidden * torch.rsqrt(variance + self.variance_epsilon))
-
-
 @pytest.fixture(scope="module")
 def exact64(tiny64):
     """``(model, tokenizer)``: the float64 tiny Qwen3 with its norms in float64 too (a copy)."""
     model, tokenizer = tiny64
-    model = copy.deepcopy(model)
-    for module in model.modules():
-        if type(module).__name__ == "Qwen3RMSNorm":
-            module.forward = types.MethodType(_float64_norm, module)
-    return model, tokenizer
+    return norms_in_model_dtype(copy.deepcopy(model)), tokenizer
 
 
 def _multi_turn_batch(vocab: int, seed: int = 0) -> tuple[SampleBatch, list[int]]:
