@@ -53,6 +53,7 @@ def test_tiny_qwen3_shapes_seed_and_rng(tiny32):
     assert logits.shape == (1, 3, len(tok))
 
 
+@torch.no_grad()
 def test_norms_in_model_dtype_compute_in_float64(tiny64):
     import copy
 
