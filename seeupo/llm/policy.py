@@ -175,9 +175,10 @@ def packing_plan(traj_id: Tensor, input_ids: Tensor, lengths: Tensor) -> Tensor:
     # by trajectory, then longest first (ties: the earlier row carries the later)
     by_length = torch.argsort(lengths, descending=True, stable=True)
     order = by_length[torch.argsort(traj_id[by_length], stable=True)]
+    traj = traj_id.tolist()
     carriers: list[int] = []  # the current trajectory's carriers, longest first
     for k, i in enumerate(order.tolist()):
-        if k == 0 or traj_id[i] != traj_id[order[k - 1]]:
+        if k == 0 or traj[i] != traj[int(order[k - 1])]:
             carriers = []
         n = int(lengths[i])
         match = next((c for c in carriers if torch.equal(input_ids[c, :n], input_ids[i, :n])), None)
