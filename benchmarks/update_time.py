@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 def synthetic_batch(tokenizer, vocab: int, traj: int, turns: int, context: int, response: int, group: int, seed: int):
     """A multi-turn LM batch: trajectory-major rows, growing contexts (each turn appends its response and an observation)."""
     from seeupo.core.batch import SampleBatch
-    from seeupo.llm.policy import pack_rows
+    from seeupo.llm.layout import pack_rows
 
     g = torch.Generator().manual_seed(seed)
     low = len(tokenizer.all_special_ids) + 3  # skip the special ids at the start of the vocabularies used here

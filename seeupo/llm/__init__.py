@@ -1,7 +1,8 @@
 """The algorithms of :mod:`seeupo.core` on language models.
 
 * :mod:`seeupo.llm.models`: the tiny random Qwen3 (tests) and SmolLM2-135M-Instruct (offline).
-* :mod:`seeupo.llm.policy`: a causal LM as a core ``Policy``; the token layout of ``SampleBatch.data``;
+* :mod:`seeupo.llm.layout`: the token layout of ``SampleBatch.data`` and the packing of rows that share prefixes;
+* :mod:`seeupo.llm.policy`: a causal LM as a core ``Policy``;
   the frozen reference model; the critic and its clipped value loss.
 * :mod:`seeupo.llm.rollout`: rollout engines (token ids in, token ids and log-probabilities out).
 * :mod:`seeupo.llm.agent`: environments and the multi-turn agent loop that builds the batch.

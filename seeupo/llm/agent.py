@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.llm.policy import pack_rows
+from seeupo.llm.layout import pack_rows
 from seeupo.llm.rollout import Completion, RolloutEngine, SamplingParams
 
 Tensor = torch.Tensor
@@ -210,7 +210,7 @@ def run_episodes(
     Batch contents: ``logp_old [n, L]`` the engine's log-probabilities of the sampled tokens
     (``L`` the longest response), ``token_mask`` the response tokens, ``reward`` the turn's
     reward, ``traj_return = sum_t gamma^t r_t``, ``weight = 1``, ``instance = 0``, and ``data`` in
-    :mod:`seeupo.llm.policy`'s layout (row context + response ids). Float fields are ``dtype``.
+    :mod:`seeupo.llm.layout`'s layout (row context + response ids). Float fields are ``dtype``.
 
     ``gamma``: ``None`` takes the environments' discount (:func:`episode_discount`); a number must
     equal it (``ValueError`` otherwise), so a return is never discounted other than the

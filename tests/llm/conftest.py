@@ -17,7 +17,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.llm.models import tiny_qwen3
-from seeupo.llm.policy import pack_rows
+from seeupo.llm.layout import pack_rows
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

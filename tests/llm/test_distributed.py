@@ -151,7 +151,8 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny6
     import copy
 
     from seeupo.llm.distributed import decoder_layers, enable_activation_checkpointing
-    from seeupo.llm.policy import CausalLMPolicy, scoring_batch
+    from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.layout import scoring_batch
 
     model, tokenizer = tiny64
     plain, checkpointed = copy.deepcopy(model), copy.deepcopy(model)

@@ -96,7 +96,8 @@ def test_smollm2_loads_chats_and_scores_its_samples(tmp_path_factory):
     """The first load de-quantises the GGUF file (~40 s here); later loads use the user cache (<1 s)."""
     _need_smollm2()
     from seeupo.llm.agent import AgentLimits, ChatDelta, StepResult, run_episodes
-    from seeupo.llm.policy import CausalLMPolicy, pack_rows
+    from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.layout import pack_rows
     from seeupo.llm.rollout import HFGenerateEngine, SamplingParams
     from seeupo.core.batch import SampleBatch
 

@@ -21,7 +21,8 @@ from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
 from seeupo.llm.distributed import enable_activation_checkpointing
 from seeupo.llm.models import norms_in_model_dtype
-from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, pack_rows, packing_plan
+from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel
+from seeupo.llm.layout import pack_rows, packing_plan
 from seeupo.llm.rollout import Completion, SamplingParams
 
 # float64 agreement of the packed and per-row layouts on a model that computes in float64 throughout

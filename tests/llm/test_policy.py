@@ -12,14 +12,8 @@ import torch
 pytest.importorskip("transformers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 pytest.importorskip("tokenizers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 
-from seeupo.llm.policy import (
-    CausalLMPolicy,
-    ReferencePolicy,
-    ValueModel,
-    clipped_value_loss,
-    micro_batches,
-    pack_rows,
-)
+from seeupo.llm.layout import pack_rows
+from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, clipped_value_loss, micro_batches
 
 
 class BigramLM(torch.nn.Module):

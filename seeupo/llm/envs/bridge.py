@@ -253,7 +253,7 @@ def exact_action_probs(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: 
     Column ``A_t`` is the invalid action (the probability of any other response). ``policy`` is
     a :class:`seeupo.llm.policy.CausalLMPolicy` (its temperature is the sampling temperature).
     """
-    from seeupo.llm.policy import scoring_batch
+    from seeupo.llm.layout import scoring_batch
 
     chat = ChatDelta(tokenizer)
     out = []
@@ -397,7 +397,7 @@ def random_histories(problem: TreeMDP, count: int, generator: torch.Generator) -
 def format_warmup(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spelling, steps: int, lr: float,
                   seed: int, batch_size: int = 16) -> float:
     """Supervised steps towards uniformly random valid answers; returns the final mean log-likelihood."""
-    from seeupo.llm.policy import scoring_batch
+    from seeupo.llm.layout import scoring_batch
 
     chat = ChatDelta(tokenizer)
     gen = torch.Generator().manual_seed(seed)
