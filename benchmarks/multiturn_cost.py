@@ -140,7 +140,8 @@ def bfcl_batch(
     batch = SampleBatch(
         traj_id=rep(torch.arange(n_traj)), group_id=rep(torch.arange(n_traj) // group),
         turn=torch.arange(turns).repeat(n_traj), logp_old=torch.zeros(n, response), token_mask=token_mask,
-        valid=valid, reward=reward, traj_return=rep(success), weight=torch.ones(n), instance=torch.zeros(n, dtype=torch.long),
+        valid=valid, reward=reward, traj_return=rep(success), weight=torch.ones(n),
+        instance=torch.zeros(n, dtype=torch.long),  # as the agent loop sets it
         data=pack_rows(contexts, responses, pad_token_id),
     )
     return batch, turns_taken
