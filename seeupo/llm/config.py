@@ -52,6 +52,10 @@ from seeupo.validation import InputError, as_object, dataclass_from_dict, read_t
 # to the built-in presets, which the paper compares under them. A preset registered by a plugin
 # (register_preset) keeps its own settings: they are part of the algorithm its author defined
 # (DAPO's clip-higher 0.28, say).
+# how the policy, the reference and the critic forward a batch (seeupo.llm.policy): each
+# trajectory's longest row once for the turns that are its prefixes, or every row by itself
+Scoring = Literal["packed", "per_row"]
+
 PAPER_ALGORITHM = {"group_size": 8, "kl_coef": 0.002, "kl_estimator": "k3", "clip_eps_low": 0.2, "clip_eps_high": 0.2}
 
 
@@ -117,6 +121,10 @@ class OptimConfig:
     micro_batch_tokens: at most this many tokens (context + response of each row) per
       forward/backward pass, so that long multi-turn contexts fit (a dynamic batch size;
       verl's ``ppo_max_token_len_per_gpu``); ``null``: no token limit.
+    scoring: ``"packed"`` forwards each trajectory's longest row once and reads every earlier
+      turn's log-probabilities (values) from it, since an earlier turn's row is a token prefix of
+      a later one (checked on the token ids; the same numbers and gradients up to rounding,
+      :mod:`seeupo.llm.policy`); ``"per_row"`` forwards every row by itself (the reference layout).
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -130,6 +138,7 @@ class OptimConfig:
     max_grad_norm: float | None = 1.0
     micro_batch_rows: int | None = None
     micro_batch_tokens: int | None = None
+    scoring: Scoring = "packed"
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 
@@ -270,7 +279,8 @@ LIMITS: dict[str, int] = {
 #   they are resumes under the name that says so), logging back-ends, progress display,
 #   diagnostics that only add metrics, checkpoint cadence, the size guard;
 # * the hardware layout: how a step is spread over processes and memory (``parallel``, read only
-#   under torchrun; micro-batches, whose gradient accumulation is exact; vLLM's memory share).
+#   under torchrun; micro-batches, whose gradient accumulation is exact; the scoring layout,
+#   packed or per row, which gives the same numbers to rounding; vLLM's memory share).
 #   A checkpoint resumes on any number of processes, one included, so these must be free to
 #   change with the machine; the resumed steps then agree with an uninterrupted run's to
 #   rounding (docs/distributed.md), and bit for bit when none of them changed.
@@ -278,7 +288,7 @@ RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
     "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
-    "optim.micro_batch_tokens", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
+    "optim.micro_batch_tokens", "optim.scoring", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
 # env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):

@@ -130,6 +130,27 @@ def tiny_qwen3(seed: int = 0, vocab: int = 512, dtype: torch.dtype = torch.float
     return model, tokenizer
 
 
+def norms_in_model_dtype(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with each Qwen3/Llama RMSNorm computing in its input's dtype, in place.
+
+    transformers' RMSNorm computes in float32 whatever the input dtype, so a float64 model is
+    float32-accurate there: in the backward pass each norm rounds its incoming gradient to
+    float32. For comparisons that should agree to float64 rounding (two layouts of the same
+    computation) both sides use this. Meant for float64 models: in float32 it computes what
+    transformers does, in bfloat16 it would compute the norm in bfloat16.
+    """
+    import types
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        variance = hidden.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden * torch.rsqrt(variance + self.variance_epsilon))
+
+    for module in model.modules():
+        if type(module).__name__ in ("Qwen3RMSNorm", "LlamaRMSNorm"):
+            module.forward = types.MethodType(forward, module)
+    return model
+
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

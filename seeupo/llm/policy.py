@@ -18,6 +18,18 @@ real token only ever attends to the real tokens before it, at the positions it h
 sampled; a row's numbers do not depend on its padding or on the rows that share its micro-batch
 (up to the floating-point summation order of batched matrix products; the tests bound it).
 
+Packed scoring (``scoring="packed"``, the default): the agent loop appends and never re-encodes,
+so turn ``k``'s row (context + response) is a token prefix of turn ``k+1``'s row of the same
+trajectory. With causal attention the logits (hidden states) at a prefix's positions do not depend
+on the tokens after it, so only each trajectory's longest row (its *carrier*) is forwarded and every
+row it carries reads its response log-probabilities (values) from the carrier's output at
+``response_start + j - 1``: the same numbers and gradients as forwarding the row itself, up to the
+floating-point summation order of the longer pass (the tests bound it). A row is carried only
+when its real tokens equal the carrier's first tokens (checked on the ids, :func:`packing_plan`);
+any other row is forwarded itself. Packing is within the rows of one call (with data
+parallelism: within one process's own rows). ``scoring="per_row"`` forwards every row: the
+reference layout.
+
 Temperature: the sampling policy at temperature ``tau`` is ``softmax(logits / tau)``.
 :class:`CausalLMPolicy` scores under its ``temperature``, and the trainer must build it with the
 rollout's sampling temperature: then ``logp_old`` (the engine's log-probabilities of the
@@ -35,12 +47,14 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Iterable, Iterator, get_args
 
 import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
+from seeupo.llm.config import Scoring
 
 Tensor = torch.Tensor
 
@@ -141,19 +155,98 @@ def _live_rows(batch: SampleBatch) -> Tensor:
     return live
 
 
-def _response_positions(batch: SampleBatch, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """For the given rows: ``(input slice width, positions [m, l] of the predicting logits, mask [m, l])``.
+def packing_plan(traj_id: Tensor, input_ids: Tensor, lengths: Tensor) -> Tensor:
+    """``carrier [m]``: for each of ``m`` rows, the row whose forward pass gives its numbers.
 
-    ``l <= L`` is the longest response among the rows.
+    Rows are visited longest first within each trajectory (``traj_id``); a row whose first
+    ``lengths[i]`` token ids equal the first ``lengths[i]`` ids of an earlier-visited carrier
+    of its trajectory (the longest such carrier) is carried by it, any other row is a carrier
+    (``carrier[i] == i``). Rows of different trajectories are never packed together, and a row
+    is carried only when the ids say it is a prefix: nothing is assumed of the batch.
+
+    Args:
+      traj_id: ``[m]`` trajectory of each row.
+      input_ids: ``[m, C]`` token ids, right-padded.
+      lengths: ``[m]`` real tokens of each row (its attention mask's sum).
     """
+    traj_id, input_ids, lengths = traj_id.cpu(), input_ids.cpu(), lengths.cpu()
+    m = traj_id.numel()
+    carrier = torch.arange(m)
+    # by trajectory, then longest first (ties: the earlier row carries the later)
+    by_length = torch.argsort(lengths, descending=True, stable=True)
+    order = by_length[torch.argsort(traj_id[by_length], stable=True)]
+    traj = traj_id.tolist()
+    carriers: list[int] = []  # the current trajectory's carriers, longest first
+    for k, i in enumerate(order.tolist()):
+        if k == 0 or traj[i] != traj[int(order[k - 1])]:
+            carriers = []
+        n = int(lengths[i])
+        match = next((c for c in carriers if torch.equal(input_ids[c, :n], input_ids[i, :n])), None)
+        if match is None:
+            carriers.append(i)
+        else:
+            carrier[i] = match
+    return carrier
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One forward pass: the rows it forwards and the rows whose numbers it gives.
+
+    ``rows[k]`` reads its numbers from the forwarded row ``forwarded[slot[k]]``.
+    """
+
+    forwarded: Tensor
+    rows: Tensor
+    slot: Tensor
+
+
+def _scoring_passes(
+    batch: SampleBatch,
+    scoring: Scoring,
+    micro_batch_size: int,
+    max_tokens: int | None,
+    collective: DataParallel | None,
+) -> list[_Pass | None]:
+    """The forward passes that score ``batch``'s live rows (``None``: a dummy pass, see :func:`_passes`).
+
+    ``"per_row"`` forwards every live row; ``"packed"`` forwards the carriers of
+    :func:`packing_plan` only. The forwarded rows are micro-batched by their own lengths, so the
+    token budget counts the tokens actually forwarded.
+    """
+    if scoring not in get_args(Scoring):
+        raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
     data = batch.data
-    # only as many response columns as this micro-batch's longest response
+    live = _live_rows(batch).cpu()
+    lengths = data["attention_mask"].sum(1).cpu()
+    carrier = live
+    if scoring == "packed":
+        carrier = live[packing_plan(batch.traj_id[live], data["input_ids"][live], lengths[live])]
+    slot_of = torch.full((batch.num_rows,), -1, dtype=torch.long)
+    passes: list[_Pass | None] = []
+    for forwarded in _passes(lengths, torch.unique(carrier), micro_batch_size, max_tokens, collective):
+        if forwarded is None:
+            passes.append(None)
+            continue
+        slot_of[forwarded] = torch.arange(forwarded.numel())
+        served = slot_of[carrier] >= 0
+        passes.append(_Pass(forwarded, live[served], slot_of[carrier[served]]))
+        slot_of[forwarded] = -1
+    return passes
+
+
+def _response_positions(batch: SampleBatch, rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """For the given rows: ``(positions [m, l] of the predicting logits, mask [m, l])``.
+
+    ``l <= L`` is the longest response among the rows; positions are clamped to ``[0, width)``
+    on padding (masked anyway).
+    """
+    # only as many response columns as these rows' longest response
     mask = batch.token_mask[rows, : int(batch.token_mask[rows].sum(1).max())]
-    length = data["attention_mask"][rows].sum(1)
     j = torch.arange(mask.shape[1])
-    # position of the logits that predict response token j; clamped on padding (masked anyway)
-    pos = (data["response_start"][rows, None] + j[None, :] - 1).clamp(0, int(length.max()) - 1)
-    return int(length.max()), pos, mask
+    # position of the logits that predict response token j
+    pos = (batch.data["response_start"][rows, None].cpu() + j[None, :] - 1).clamp(0, width - 1)
+    return pos, mask
 
 
 def _run_backbone(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, **kwargs):
@@ -174,6 +267,9 @@ class CausalLMPolicy(torch.nn.Module):
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
+      scoring: ``"packed"`` forwards each trajectory's longest row once for all the rows that are
+        its prefixes; ``"per_row"`` forwards every row (see the module docstring). The row and
+        token limits count the rows and tokens forwarded.
     """
 
     def __init__(
@@ -184,6 +280,7 @@ class CausalLMPolicy(torch.nn.Module):
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
         collective: DataParallel | None = None,
+        scoring: Scoring = "packed",
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -193,6 +290,7 @@ class CausalLMPolicy(torch.nn.Module):
         self.micro_batch_size = int(micro_batch_size)
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
         self.collective = collective
+        self.scoring = scoring
         # transformers' causal LMs can compute logits for the last k positions only
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
@@ -208,22 +306,19 @@ class CausalLMPolicy(torch.nn.Module):
     def log_probs(self, batch: SampleBatch, temperature: float | None = None) -> Tensor:
         """:meth:`token_logps` at another temperature (``None``: the policy's own)."""
         tau = self.temperature if temperature is None else float(temperature)
-        data = batch.data
         n, L = batch.token_mask.shape
         param = next(self.model.parameters())
         # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
-        live = _live_rows(batch)
-        lengths = data["attention_mask"].sum(1)
-        for rows in _passes(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective):
-            if rows is None:
+        passes = _scoring_passes(batch, self.scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        for p in passes:
+            if p is None:
                 out = out + _dummy_pass(self.model, param.device).to(out.device, out.dtype)
                 continue
-            width, pos, mask = _response_positions(batch, rows)
-            ids = data["input_ids"][rows, :width].to(param.device)
-            attention_mask = data["attention_mask"][rows, :width].to(param.device)
-            pos, mask = pos.to(param.device), mask.to(param.device)
+            ids, attention_mask, width = _forwarded_tokens(batch, p.forwarded, param.device)
+            pos, mask = _response_positions(batch, p.rows, width)
+            pos, mask, slot = pos.to(param.device), mask.to(param.device), p.slot.to(param.device)
             # only the positions from the earliest response on need logits: with long contexts and
             # large vocabularies the full [m, C, V] logits would dominate memory
             first = int(pos.min())
@@ -231,13 +326,25 @@ class CausalLMPolicy(torch.nn.Module):
                 logits = _run_backbone(self.model, ids, attention_mask, logits_to_keep=width - first).logits
             else:
                 logits = _run_backbone(self.model, ids, attention_mask).logits[:, first:]
-            picked = logits.gather(1, (pos - first)[:, :, None].expand(-1, -1, logits.shape[-1]))  # [m, L, V]
+            picked = logits[slot[:, None], pos - first]  # [k, l, V]: row k's positions in its forwarded row
             logp = torch.log_softmax(picked.to(dtype) / tau, dim=-1)
-            target = ids.gather(1, (pos + 1).clamp(max=width - 1))  # response token j sits at pos + 1
+            target = ids[slot[:, None], (pos + 1).clamp(max=width - 1)]  # response token j sits at pos + 1
             tok_logp = logp.gather(2, target[:, :, None]).squeeze(2)
-            cols = torch.arange(mask.shape[1], device=out.device)
-            out = out.index_put((rows[:, None], cols[None, :]), torch.where(mask, tok_logp, 0.0).to(out.device))
+            out = _write_rows(out, p.rows, torch.where(mask, tok_logp, 0.0))
         return out
+
+
+def _forwarded_tokens(batch: SampleBatch, forwarded: Tensor, device: torch.device) -> tuple[Tensor, Tensor, int]:
+    """``(input_ids, attention_mask, width)`` of the forwarded rows, cut to the longest, on ``device``."""
+    data = batch.data
+    width = int(data["attention_mask"][forwarded].sum(1).max())
+    return data["input_ids"][forwarded, :width].to(device), data["attention_mask"][forwarded, :width].to(device), width
+
+
+def _write_rows(out: Tensor, rows: Tensor, values: Tensor) -> Tensor:
+    """``out`` with ``values [k, l]`` written in its rows ``rows`` and first ``l`` columns (differentiable)."""
+    cols = torch.arange(values.shape[1], device=out.device)
+    return out.index_put((rows.to(out.device)[:, None], cols[None, :]), values.to(out.device, out.dtype))
 
 
 class ReferencePolicy:
@@ -256,6 +363,7 @@ class ReferencePolicy:
         max_tokens_per_micro_batch: int | None = None,
         copy_model: bool = True,
         collective: DataParallel | None = None,
+        scoring: Scoring = "packed",
     ) -> None:
         frozen = copy.deepcopy(model) if copy_model else model
         frozen.eval()
@@ -266,6 +374,7 @@ class ReferencePolicy:
             micro_batch_size=micro_batch_size,
             max_tokens_per_micro_batch=max_tokens_per_micro_batch,
             collective=collective,
+            scoring=scoring,
         )
 
     @property
@@ -290,6 +399,7 @@ class ValueModel(torch.nn.Module):
     Args:
       backbone: a transformer returning ``last_hidden_state`` (e.g. ``causal_lm.base_model``).
       hidden_size: its hidden size.
+      micro_batch_size, max_tokens_per_micro_batch, collective, scoring: as for :class:`CausalLMPolicy`.
     """
 
     def __init__(
@@ -300,6 +410,7 @@ class ValueModel(torch.nn.Module):
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
         collective: DataParallel | None = None,
+        scoring: Scoring = "packed",
     ) -> None:
         super().__init__()
         self.backbone = backbone
@@ -311,6 +422,7 @@ class ValueModel(torch.nn.Module):
         self.micro_batch_size = int(micro_batch_size)
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
         self.collective = collective
+        self.scoring = scoring
 
     @classmethod
     def from_causal_lm(cls, lm: torch.nn.Module, *, copy_model: bool = True, **kwargs) -> "ValueModel":
@@ -323,24 +435,20 @@ class ValueModel(torch.nn.Module):
         return self(batch)  # through __call__, so that module hooks (FSDP's unsharding) run
 
     def forward(self, batch: SampleBatch) -> Tensor:
-        data = batch.data
         n, L = batch.token_mask.shape
         out = torch.zeros(n, L, dtype=self.head.weight.dtype, device=batch.token_mask.device)
-        live = _live_rows(batch)
-        lengths = data["attention_mask"].sum(1)
         device = self.head.weight.device
-        for rows in _passes(lengths, live, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective):
-            if rows is None:
+        passes = _scoring_passes(batch, self.scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        for p in passes:
+            if p is None:
                 out = out + _dummy_pass(self.backbone, device, self.head).to(out.device, out.dtype)
                 continue
-            width, pos, mask = _response_positions(batch, rows)
-            hidden = _run_backbone(
-                self.backbone, data["input_ids"][rows, :width].to(device), data["attention_mask"][rows, :width].to(device)
-            ).last_hidden_state
-            picked = hidden.gather(1, pos.to(device)[:, :, None].expand(-1, -1, hidden.shape[-1]))
-            value = self.head(picked).squeeze(-1).to(out.device)
-            cols = torch.arange(mask.shape[1], device=out.device)
-            out = out.index_put((rows[:, None], cols[None, :]), torch.where(mask, value, 0.0))
+            ids, attention_mask, width = _forwarded_tokens(batch, p.forwarded, device)
+            pos, mask = _response_positions(batch, p.rows, width)
+            hidden = _run_backbone(self.backbone, ids, attention_mask).last_hidden_state
+            picked = hidden[p.slot.to(device)[:, None], pos.to(device)]  # [k, l, H]
+            value = self.head(picked).squeeze(-1)
+            out = _write_rows(out, p.rows, torch.where(mask.to(device), value, 0.0))
         return out
 
 

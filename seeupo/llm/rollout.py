@@ -91,16 +91,27 @@ class HFGenerateEngine:
     ``top_k``, ``min_p``, ``repetition_penalty``...) and transformers' default ``top_k = 50`` are
     ignored, so the sampling distribution is exactly the documented one.
 
+    The ``n`` completions of a prompt share its prefill (``share_prompts``): each distinct prompt
+    but its last token is forwarded once, its key/value cache is repeated ``n`` times
+    (``DynamicCache.batch_repeat_interleave``), and ``generate`` continues from it. Per group of
+    ``n`` that forwards ``len(prompt) - 1`` prompt tokens instead of ``n`` times as many; the
+    tokens drawn and their log-probabilities are those of the unshared path (tested equal).
+
     Args:
       model: the causal LM (shared with the policy: no weight copy).
       pad_token_id: the id used for padding (any id; padding is masked).
-      max_batch_size: at most this many sequences per ``generate`` call.
+      max_batch_size: at most this many sequences per ``generate`` call (whole groups of ``n``:
+        at least one prompt's ``n`` completions per call).
+      share_prompts: prefill each prompt once per group (``False``: ``n`` times, the reference path).
     """
 
-    def __init__(self, model: torch.nn.Module, pad_token_id: int, *, max_batch_size: int = 64) -> None:
+    def __init__(
+        self, model: torch.nn.Module, pad_token_id: int, *, max_batch_size: int = 64, share_prompts: bool = True
+    ) -> None:
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
+        self.share_prompts = bool(share_prompts)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """No-op: the engine samples from the very module that is trained. Swaps in ``model`` if it is another one."""
@@ -110,22 +121,36 @@ class HFGenerateEngine:
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        flat = [p for p in prompts for _ in range(n)]
         if params.seed is None:
-            done = self._generate_all(flat, params)
+            done = self._generate_all(prompts, n, params)
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(params.seed)
-                done = self._generate_all(flat, params)
+                done = self._generate_all(prompts, n, params)
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _generate_all(self, flat: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _generate_all(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []
-        for start in range(0, len(flat), self.max_batch_size):
-            out.extend(self._generate_chunk(flat[start : start + self.max_batch_size], params))
+        per_call = max(1, self.max_batch_size // n)  # whole groups, so that a group shares one prefill
+        for start in range(0, len(prompts), per_call):
+            out.extend(self._generate_chunk(prompts[start : start + per_call], n, params))
         return out
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _prefilled(self, input_ids: Tensor, attention_mask: Tensor, n: int) -> dict[str, object]:
+        """``generate``'s ``past_key_values``: the prompts but their last token, forwarded once and repeated ``n`` times."""
+        if not self.share_prompts or n == 1 or input_ids.shape[1] < 2:  # nothing to share
+            return {}
+        from transformers import DynamicCache
+
+        device = next(self.model.parameters()).device
+        position_ids = (attention_mask.cumsum(1) - 1).clamp_min(0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=input_ids[:, :-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
+                   position_ids=position_ids[:, :-1].to(device), past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(n)
+        return {"past_key_values": cache}
+
+    def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
         from transformers import GenerationConfig
 
         width = max(len(p) for p in prompts)
@@ -134,6 +159,8 @@ class HFGenerateEngine:
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention_mask[i, width - len(p) :] = 1
+        prefilled = self._prefilled(input_ids, attention_mask, n)
+        input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
         greedy = params.temperature == 0
         stops = list(params.stop_token_ids)
         config = GenerationConfig(
@@ -156,7 +183,8 @@ class HFGenerateEngine:
         self.model.generation_config = GenerationConfig()
         try:
             result = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config,
+                **prefilled,
             )
         finally:
             self.model.generation_config = model_config
@@ -176,7 +204,7 @@ class HFGenerateEngine:
         new_tokens = new_tokens.cpu()
         completions = []
         stop_set = set(stops)
-        for i in range(len(prompts)):
+        for i in range(new_tokens.shape[0]):
             tokens = new_tokens[i].tolist()
             end = next((k + 1 for k, t in enumerate(tokens) if t in stop_set), None)
             reason = "stop" if end is not None else "length"

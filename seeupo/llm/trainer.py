@@ -120,7 +120,10 @@ class Trainer:
         if dist is not None:
             broadcast_from_main(model)
         reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
-        self.critic = ValueModel.from_causal_lm(model, collective=self.dp) if adv_estimator(algo.advantage).needs_critic else None
+        scoring = cfg.optim.scoring
+        self.critic = None
+        if adv_estimator(algo.advantage).needs_critic:
+            self.critic = ValueModel.from_causal_lm(model, collective=self.dp, scoring=scoring)
         self.out_dir = Path(cfg.out_dir)
         self.rollout_model = model
         if engine is None and cfg.rollout.engine == "vllm":
@@ -140,11 +143,11 @@ class Trainer:
                 if par.activation_checkpointing:
                     enable_activation_checkpointing(self.critic.backbone)
                 shard_model(self.critic, dist, layers_of=self.critic.backbone, **shard)
-        self.policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, collective=self.dp)
+        self.policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, collective=self.dp, scoring=scoring)
         self.reference = None
         if reference_model is not None:
             self.reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
-                                             collective=self.dp)
+                                             collective=self.dp, scoring=scoring)
         self.engine = engine if engine is not None else HFGenerateEngine(self.rollout_model, tokenizer.pad_token_id)
         self.step_count = 0
         o = cfg.optim

@@ -38,6 +38,7 @@ def test_yaml_file_with_overrides_and_round_trip(tmp_path):
     (["rollout.engine=sglang"], "field 'config.rollout.engine': unknown value 'sglang'"),
     (["parallel.mixed_precision=fp8"], "field 'config.parallel.mixed_precision': unknown value 'fp8'"),
     (["optim.micro_batch_tokens=0"], "field 'config.optim.micro_batch_tokens': must be in [1,"),
+    (["optim.scoring=tree"], "field 'config.optim.scoring': unknown value 'tree'"),
 ])
 def test_bad_overrides_name_the_key(overrides, message):
     with pytest.raises(InputError) as err:
@@ -156,6 +157,13 @@ def test_environment_option_classes_cover_every_environment():
 def test_resumable_fields_are_config_keys():
     keys = set(flat_config(TrainConfig().to_dict()))
     assert set(RESUMABLE_FIELDS) <= keys
+
+
+def test_scoring_layout_is_a_resumable_setting():
+    assert TrainConfig().optim.scoring == "packed"
+    saved = load_train_config(None, ["steps=4"]).to_dict()
+    assert resume_changes(saved, load_train_config(None, ["steps=4", "optim.scoring=per_row"])) == {
+        "optim.scoring": ("packed", "per_row")}
 
 
 def test_resume_changes_allow_only_the_resumable_fields():

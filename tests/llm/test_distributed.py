@@ -42,12 +42,18 @@ def _assert_close(a: dict, b: dict, what: str) -> None:
 
 
 def warm_model(weights: dict) -> tuple[torch.nn.Module, object]:
-    """The tiny model of :data:`OVERRIDES` with the given weights (the warmed-up ones)."""
-    from seeupo.llm.models import tiny_qwen3
+    """The tiny model of :data:`OVERRIDES` with the given weights (the warmed-up ones), norms in float64.
+
+    The packed scoring layout adds the gradients of a trajectory's turns before each norm's
+    backward pass, which transformers' RMSNorm rounds to float32; 1 and 2 processes cut the rows
+    into different micro-batches (3 rows), so they pack differently and, with float32 norms,
+    differ by float32 rounding (2e-9 on the parameters). In float64 throughout they agree to 1e-10.
+    """
+    from seeupo.llm.models import norms_in_model_dtype, tiny_qwen3
 
     model, tokenizer = tiny_qwen3(seed=0, dtype=torch.float64)
     model.load_state_dict(weights)
-    return model, tokenizer
+    return norms_in_model_dtype(model), tokenizer
 
 
 def test_two_processes_make_the_single_process_update(tmp_path):

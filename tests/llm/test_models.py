@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="tests/llm need transformers and toke
 pytest.importorskip("tokenizers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 
 from seeupo.llm import models
-from seeupo.llm.models import CHAT_TEMPLATE, SPECIAL_TOKENS, tiny_qwen3, train_bpe_tokenizer
+from seeupo.llm.models import CHAT_TEMPLATE, SPECIAL_TOKENS, norms_in_model_dtype, tiny_qwen3, train_bpe_tokenizer
 
 
 def test_tokenizer_special_tokens_and_round_trip():
@@ -51,6 +51,24 @@ def test_tiny_qwen3_shapes_seed_and_rng(tiny32):
     assert all(torch.equal(a.double(), b) for a, b in zip(model.parameters(), wide.parameters()))
     logits = model(input_ids=torch.tensor([[1, 5, 9]])).logits
     assert logits.shape == (1, 3, len(tok))
+
+
+@torch.no_grad()
+def test_norms_in_model_dtype_compute_in_float64(tiny64):
+    import copy
+
+    model, _ = tiny64
+    norm = model.model.norm
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    want = norm.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    assert 1e-12 < float((norm(x) - want).abs().max()) < 1e-5  # transformers' norm: float32 inside
+    exact = norms_in_model_dtype(copy.deepcopy(model))
+    assert float((exact.model.norm(x) - want).abs().max()) < 1e-14
+    ids = torch.tensor([[5, 9, 13, 2]])
+    # the same model to float32 accuracy, and every norm replaced (the shared tiny64 untouched)
+    assert float((exact(input_ids=ids).logits - model(input_ids=ids).logits).abs().max()) < 1e-5
+    assert "forward" not in vars(norm)
+    assert all("forward" in vars(m) for m in exact.modules() if type(m).__name__ == "Qwen3RMSNorm")
 
 
 def test_smollm2_missing_package_gives_a_clear_error(monkeypatch):

@@ -122,3 +122,39 @@ def test_empty_prompt_is_rejected(tiny32):
     model, tokenizer = tiny32
     with pytest.raises(ValueError, match="at least one token"):
         HFGenerateEngine(model, tokenizer.pad_token_id).generate([[]], 1, SamplingParams())
+
+
+def _counting(model):
+    """Count the real tokens each forward call puts through ``model`` (its new positions under the attention mask)."""
+    counted = []
+
+    def hook(module, args, kwargs):
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        counted.append(int(mask[:, mask.shape[1] - ids.shape[1]:].sum()))
+
+    return counted, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_shared_prompt_prefill_samples_the_same_tokens_and_forwards_fewer(tiny64, temperature):
+    model, tokenizer = tiny64
+    g = torch.Generator().manual_seed(0)
+    vocab = len(tokenizer)
+    prompts = [torch.randint(3, vocab, (length,), generator=g).tolist() for length in (30, 1, 17, 9)]
+    params = SamplingParams(temperature=temperature, max_new_tokens=7, seed=4)
+    n = 3
+    results, counts = {}, {}
+    for share in (False, True):
+        counted, handle = _counting(model)
+        try:
+            engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=6, share_prompts=share)
+            results[share] = engine.generate(prompts, n, params)
+        finally:
+            handle.remove()
+        counts[share] = sum(counted)
+    for unshared, shared in zip(results[False], results[True]):
+        for a, b in zip(unshared, shared):
+            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-9
+    # each prompt's first len - 1 tokens are forwarded once instead of n times
+    assert counts[False] - counts[True] == (n - 1) * sum(len(p) - 1 for p in prompts)

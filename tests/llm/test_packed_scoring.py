@@ -1,0 +1,339 @@
+"""Packed scoring: each trajectory's longest row forwarded once gives every earlier turn's numbers.
+
+The reference is the per-row layout (``scoring="per_row"``): log-probabilities, values and
+parameter gradients must agree to rounding, with micro-batches, dummy passes, activation
+checkpointing and a core update, while the packed layout forwards exactly the carriers' tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
+pytest.importorskip("tokenizers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
+
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import preset
+from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
+from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
+from seeupo.llm.distributed import enable_activation_checkpointing
+from seeupo.llm.models import norms_in_model_dtype
+from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, pack_rows, packing_plan
+from seeupo.llm.rollout import Completion, SamplingParams
+
+# float64 agreement of the packed and per-row layouts on a model that computes in float64 throughout
+# (measured: log-probabilities equal, gradients 6e-15). transformers' RMSNorm computes in float32
+# whatever the input dtype; with it, float64 log-probabilities still agree to 1e-15, but each norm's
+# backward pass rounds its incoming gradient to float32, and the packed layout sums the gradients
+# of the turns before that rounding where the per-row layout rounds each turn's own: parameter
+# gradients then agree to float32 precision (measured: 8e-8 of the largest gradient).
+TOL64 = 1e-12
+STOCK64_GRAD_REL = 1e-6
+# float32 (measured: 5e-7 on log-probabilities, 3e-6 on gradients of size 9: the same as
+# between two micro-batch sizes of the per-row layout, the summation order of longer passes)
+TOL32 = 2e-5
+
+
+@pytest.fixture(scope="module")
+def exact64(tiny64):
+    """``(model, tokenizer)``: the float64 tiny Qwen3 with its norms in float64 too (a copy)."""
+    model, tokenizer = tiny64
+    return norms_in_model_dtype(copy.deepcopy(model)), tokenizer
+
+
+def _multi_turn_batch(vocab: int, seed: int = 0) -> tuple[SampleBatch, list[int]]:
+    """Six trajectories of up to 4 turns with random token ids, rows in a random order.
+
+    Turn ``t``'s context is the prompt and every earlier response and observation, so each row
+    is a prefix of the next turn's; episodes that end early have placeholder rows. Trajectory 3
+    changed its context's second token after turn 0 (a re-encoded history): its turn 0 is not
+    a prefix of its later turns. Returns the batch and the indices of the rows the packed layout
+    must forward (each trajectory's last live turn, and trajectory 3's turn 0).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=gen))  # noqa: E731
+    tokens = lambda k: torch.randint(3, vocab, (k,), generator=gen).tolist()  # noqa: E731
+    T, turns = 4, [4, 2, 1, 3, 4, 3]
+    contexts, responses, traj, carriers = [], [], [], []
+    for k, n_turns in enumerate(turns):
+        history = tokens(rand(5, 12))
+        for t in range(T):
+            traj.append(k)
+            if t >= n_turns:  # the episode ended: a placeholder
+                contexts.append([]), responses.append([])
+                continue
+            if k == 3 and t == 1:  # re-encoded history: not an extension of turn 0's row
+                history[1] = 3 + (history[1] - 3 + 1) % (vocab - 3)
+            response = tokens(rand(2, 6))
+            contexts.append(list(history)), responses.append(response)
+            history += response + tokens(rand(1, 4))
+            if t == n_turns - 1 or (k == 3 and t == 0):
+                carriers.append(len(contexts) - 1)
+    n = len(contexts)
+    L = max(len(r) for r in responses)
+    token_mask = torch.zeros(n, L, dtype=torch.bool)
+    for i, r in enumerate(responses):
+        token_mask[i, : len(r)] = True
+    traj_id = torch.tensor(traj)
+    returns = torch.randn(len(turns), generator=gen, dtype=torch.float64)[traj_id]
+    batch = SampleBatch(
+        traj_id=traj_id, group_id=traj_id // 2, turn=torch.arange(n) % T,
+        logp_old=-torch.rand(n, L, generator=gen, dtype=torch.float64) * token_mask, token_mask=token_mask,
+        valid=torch.tensor([len(r) > 0 for r in responses]), reward=returns * (torch.arange(n) % T == 0),
+        traj_return=returns, weight=torch.ones(n, dtype=torch.float64), instance=torch.zeros(n, dtype=torch.long),
+        data=pack_rows(contexts, responses, pad_token_id=0),
+    )
+    perm = torch.randperm(n, generator=gen)
+    position = torch.argsort(perm)  # row i of the batch is now at position[i]
+    return batch.select(perm), sorted(int(position[i]) for i in carriers)
+
+
+def _count_tokens(model: torch.nn.Module) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
+    """A list that receives the real tokens of every forward pass of ``model``, and the hook's handle."""
+    counts: list[int] = []
+
+    def hook(module, args, kwargs):
+        counts.append(int(kwargs["attention_mask"].sum()))
+
+    return counts, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _grads(module: torch.nn.Module, loss_of) -> list[torch.Tensor]:
+    """The parameter gradients of ``loss_of()`` (zeros where a parameter gets none)."""
+    module.zero_grad(set_to_none=True)
+    loss_of().backward()
+    grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in module.parameters()]
+    module.zero_grad(set_to_none=True)
+    return grads
+
+
+def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
+def test_packing_plan_by_hand():
+    ids = torch.tensor([
+        [1, 2, 3, 0, 0, 0, 0],  # 0: traj 0, prefix of row 2
+        [5, 6, 9, 0, 0, 0, 0],  # 1: traj 1, not a prefix of row 3 (9 != 7)
+        [1, 2, 3, 4, 5, 6, 7],  # 2: traj 0, longest: a carrier
+        [5, 6, 7, 8, 0, 0, 0],  # 3: traj 1, longest: a carrier
+        [5, 6, 0, 0, 0, 0, 0],  # 4: traj 1, prefix of rows 3 and 1: the longest carrier (row 3) carries it
+        [1, 2, 3, 4, 5, 0, 0],  # 5: traj 2, a prefix of row 2 but another trajectory: a carrier
+        [1, 2, 3, 0, 0, 0, 0],  # 6: traj 2, prefix of row 5
+        [1, 2, 3, 4, 5, 0, 0],  # 7: traj 2, equal to row 5: the earlier row carries it
+    ])
+    lengths = torch.tensor([3, 3, 7, 4, 2, 5, 3, 5])
+    traj = torch.tensor([0, 1, 0, 1, 1, 2, 2, 2])
+    assert packing_plan(traj, ids, lengths).tolist() == [2, 1, 2, 3, 3, 5, 5, 5]
+    # the padding beyond a row's length is never compared
+    assert packing_plan(torch.tensor([0, 0]), torch.tensor([[4, 9], [4, 7]]), torch.tensor([1, 2])).tolist() == [1, 1]
+    assert packing_plan(torch.zeros(0, dtype=torch.long), torch.zeros(0, 3, dtype=torch.long), torch.zeros(0)).numel() == 0
+
+
+def test_the_hand_batch_is_what_it_claims(tiny64):
+    model, _ = tiny64
+    batch, carriers = _multi_turn_batch(model.config.vocab_size)
+    live = batch.valid.nonzero().squeeze(1)
+    plan = live[packing_plan(batch.traj_id[live], batch.data["input_ids"][live], batch.data["attention_mask"][live].sum(1))]
+    assert sorted(set(plan.tolist())) == carriers
+    assert int((~batch.valid).sum()) == 7 and len(carriers) == 7 and live.numel() == 17
+
+
+@pytest.mark.parametrize("size,budget", [(8, None), (1, None), (3, 60), (8, 1)])
+def test_packed_log_probs_and_gradients_equal_per_row(exact64, size, budget):
+    model, _ = exact64
+    model = copy.deepcopy(model)
+    batch, carriers = _multi_turn_batch(model.config.vocab_size)
+    lengths = batch.data["attention_mask"].sum(1)
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    per_row = CausalLMPolicy(model, temperature=0.8, scoring="per_row")
+    packed = CausalLMPolicy(model, temperature=0.8, micro_batch_size=size, max_tokens_per_micro_batch=budget)
+    assert packed.scoring == "packed"  # the default
+
+    counts, handle = _count_tokens(model)
+    want = per_row.token_logps(batch)
+    per_row_tokens, counts[:] = sum(counts), []
+    got = packed.token_logps(batch)
+    packed_tokens = sum(counts)
+    handle.remove()
+    assert per_row_tokens == int(lengths[batch.valid].sum())
+    assert packed_tokens == int(lengths[carriers].sum()) < per_row_tokens
+    if budget == 1:  # the budget counts the forwarded rows' tokens: one carrier per pass
+        assert len(counts) == len(carriers)
+    elif budget is not None:
+        assert len(counts) > 1 and max(counts) <= max(budget, int(lengths.max()))
+    assert got.dtype == torch.float64 and torch.all(got[~batch.token_mask] == 0)
+    assert (got - want).abs().max() <= TOL64
+
+    grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
+    grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
+    assert max(float(g.abs().max()) for g in grads_want) > 1e-3  # the loss reaches the weights
+    assert _max_diff(grads_got, grads_want) <= TOL64
+
+
+def test_stock_float64_bound(tiny64):
+    model, _ = tiny64
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    per_row = CausalLMPolicy(model, scoring="per_row")
+    packed = CausalLMPolicy(model, micro_batch_size=3)
+    assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL64
+    grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
+    grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
+    assert _max_diff(grads_got, grads_want) <= STOCK64_GRAD_REL * max(float(g.abs().max()) for g in grads_want)
+
+
+def test_float32_bound(tiny32):
+    model, _ = tiny32
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2))
+    per_row = CausalLMPolicy(model, scoring="per_row")
+    packed = CausalLMPolicy(model, scoring="packed", micro_batch_size=3)
+    assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL32
+    grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
+    grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
+    assert _max_diff(grads_got, grads_want) <= TOL32
+
+
+def test_bfloat16_packed_scoring(tiny32):
+    model, _ = tiny32
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    with torch.no_grad():
+        got = CausalLMPolicy(half).token_logps(batch)
+        per_row = CausalLMPolicy(half, scoring="per_row").token_logps(batch)
+        full = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
+    assert got.dtype == torch.float32  # softmax in float32 whatever the layout
+    # bf16 activations: the layouts differ by bf16 rounding (measured 5e-4; two micro-batch sizes of
+    # the per-row layout: 1e-3), each 2e-3 from the float32 model
+    assert (got - per_row).abs().max() < 5e-3
+    assert (got - full).abs().max() < 1e-2
+
+
+def test_dummy_passes_and_activation_checkpointing(exact64):
+    class ExtraPasses:
+        """Stands in for a DataParallel whose busiest process makes 2 more passes than this one."""
+
+        def max(self, value):
+            return value + 2
+
+    model, _ = exact64
+    batch, carriers = _multi_turn_batch(model.config.vocab_size)
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    plain = copy.deepcopy(model)
+    per_row = CausalLMPolicy(plain, scoring="per_row")
+    want = per_row.token_logps(batch).detach()
+    grads_want = _grads(plain, lambda: (per_row.token_logps(batch) * weights).sum())
+
+    checkpointed = copy.deepcopy(model)
+    enable_activation_checkpointing(checkpointed)
+    packed = CausalLMPolicy(checkpointed, micro_batch_size=2, collective=ExtraPasses())
+    counts, handle = _count_tokens(checkpointed)
+    got = packed.token_logps(batch)
+    handle.remove()
+    assert len(counts) == (len(carriers) + 1) // 2 + 2 and counts[-2:] == [1, 1]  # the dummy passes: one token each
+    assert (got.detach() - want).abs().max() <= TOL64
+    grads_got = _grads(checkpointed, lambda: (packed.token_logps(batch) * weights).sum())
+    assert _max_diff(grads_got, grads_want) <= TOL64
+
+
+def test_reference_and_critic_pack_too(exact64):
+    model, _ = exact64
+    batch, carriers = _multi_turn_batch(model.config.vocab_size)
+    lengths = batch.data["attention_mask"].sum(1)
+    for scoring in ("packed", "per_row"):
+        reference = ReferencePolicy(model, scoring=scoring)
+        if scoring == "packed":
+            got = reference.logp_ref(batch)
+        else:
+            want = reference.logp_ref(batch)
+    assert (got - want).abs().max() <= TOL64
+
+    critic = ValueModel.from_causal_lm(model, micro_batch_size=3)
+    with torch.no_grad():  # a head that reads the hidden state (the default one starts at zero)
+        critic.head.weight.copy_(torch.randn(critic.head.weight.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    per_row = copy.deepcopy(critic)
+    per_row.scoring = "per_row"
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    counts, handle = _count_tokens(critic.backbone)
+    values = critic.values(batch)
+    handle.remove()
+    assert sum(counts) == int(lengths[carriers].sum())
+    assert float(values.detach().abs().max()) > 1e-3 and torch.all(values[~batch.token_mask] == 0)
+    assert (values - per_row.values(batch)).abs().max() <= TOL64
+    grads_got = _grads(critic, lambda: (critic.values(batch) * weights).sum())
+    grads_want = _grads(per_row, lambda: (per_row.values(batch) * weights).sum())
+    assert _max_diff(grads_got, grads_want) <= TOL64
+
+
+@pytest.mark.parametrize("name", ["seeupo", "grpo"])
+@pytest.mark.parametrize("micro_rows,micro_tokens", [(None, None), (3, 80)])
+def test_a_core_update_is_the_same_with_either_layout(exact64, name, micro_rows, micro_tokens):
+    model, _ = exact64
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    cfg = preset(name, group_size=2, kl_coef=0.05)
+    advantages = compute_advantages(batch, cfg)
+    after = {}
+    for scoring in ("per_row", "packed"):
+        trained = copy.deepcopy(model)
+        policy = CausalLMPolicy(trained, scoring=scoring)
+        reference = ReferencePolicy(model, scoring=scoring)
+        stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.5), batch, advantages, cfg, UpdateSettings(
+            logp_ref=reference.logp_ref(batch), micro_batch_rows=micro_rows, micro_batch_tokens=micro_tokens,
+            row_tokens=batch.data["attention_mask"].sum(1),
+        ))
+        after[scoring] = ([p.detach().clone() for p in trained.parameters()], stats)
+    (p_row, s_row), (p_packed, s_packed) = after["per_row"], after["packed"]
+    assert s_row.steps == s_packed.steps >= 1
+    assert max(abs(a - b) for a, b in zip(s_row.objective, s_packed.objective)) <= TOL64
+    assert _max_diff(p_row, [p.detach() for p in model.parameters()]) > 1e-5  # the update moved the weights
+    assert _max_diff(p_packed, p_row) <= TOL64
+
+
+class CountingEnv:
+    """Task ``length``: the episode lasts ``length`` turns, each answered by a short observation."""
+
+    def reset(self, task):
+        self.length, self.k = task, 0
+        return [{"role": "system", "content": "Count."}, {"role": "user", "content": "Go."}]
+
+    def step(self, assistant_text, token_ids):
+        self.k += 1
+        done = self.k >= self.length
+        return StepResult(None if done else f"turn {self.k} ok", float(self.k), done, {})
+
+
+class ScriptedEngine:
+    """Answers ``"answer <call number>"`` and the end-of-turn token."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, 0
+
+    def generate(self, prompts, n, params):
+        self.calls += 1
+        ids = self.tokenizer.encode(f"answer {self.calls}", add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return [[Completion(list(ids), [-0.5] * len(ids), "stop") for _ in range(n)] for _ in prompts]
+
+    def sync_weights(self, model):
+        pass
+
+
+def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
+    model, tokenizer = tiny64
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, stop_token_ids=(tokenizer.eos_token_id,), seed=0)
+    out = run_episodes(ScriptedEngine(tokenizer), tokenizer, CountingEnv, [3, 1, 2], 2, params, AgentLimits(max_turns=3))
+    batch = out.batch
+    assert int((~batch.valid).sum()) == 6  # the early-ended episodes' placeholders
+    lengths = batch.data["attention_mask"].sum(1)
+    counts, handle = _count_tokens(model)
+    got = CausalLMPolicy(model, micro_batch_size=1).token_logps(batch)
+    handle.remove()
+    # one pass per trajectory, of its last turn: the agent loop's rows are prefixes of each other
+    last = torch.zeros(batch.num_trajectories, dtype=torch.long).scatter_reduce(0, batch.traj_id, lengths, "amax")
+    assert sorted(counts) == sorted(last.tolist())
+    assert sum(counts) < int(lengths.sum())
+    want = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
+    assert (got - want).abs().max() <= TOL64
