@@ -50,7 +50,7 @@ under the same load.
 model of the same configuration but 0 transformer layers (embedding, final norm and head), so every
 pass runs (backward included) and is counted as usual; times and memory are not reported.
 
-Results go to ``benchmarks/results/multiturn_cost_T<turns>[_count].json``; the section "Multi-turn
+Results go to ``benchmarks/results/multiturn_cost_T<turns>[_early<F>][_count].json``; the section "Multi-turn
 cost per step (issue 18)" of ``benchmarks/RESULTS.md`` is written by hand from them. Usage::
 
     python benchmarks/multiturn_cost.py --model tiny-qwen3 --turns 5 --count-only
@@ -104,7 +104,11 @@ def bfcl_batch(
     ``[low, vocab)``; rewards are 0/1 at each trajectory's last turn.
     """
     from seeupo.core.batch import SampleBatch
-    from seeupo.llm.policy import pack_rows
+
+    try:  # issue 18 §5 moves the batch layout out of the policy module
+        from seeupo.llm.layout import pack_rows
+    except ImportError:
+        from seeupo.llm.policy import pack_rows
 
     g = torch.Generator().manual_seed(seed)
     draw = lambda k: torch.randint(low, vocab, (k,), generator=g).tolist()  # noqa: E731
@@ -489,7 +493,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if not args.no_record:
         (HERE / "results").mkdir(exist_ok=True)
-        tag = f"T{args.turns}" + ("_count" if args.count_only else "")
+        tag = f"T{args.turns}" + (f"_early{args.early_end:g}" if args.early_end else "") + ("_count" if args.count_only else "")
         (HERE / "results" / f"multiturn_cost_{tag}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
