@@ -46,7 +46,7 @@ reference and the critic, when their classes take ``scoring``). When ``CausalLMP
 layouts of one preset run back to back in the same invocation, so their ratios compare runs made
 under the same load.
 
-``--count-only``: the exact token counts at any shape, in seconds: the same policy code with a
+``--count-only``: the exact token counts at any shape, in about a minute: the same policy code with a
 model of the same configuration but 0 transformer layers (embedding, final norm and head), so every
 pass runs (backward included) and is counted as usual; times and memory are not reported.
 
