@@ -104,11 +104,14 @@ test-verl: $(VERL_BIN)/.seeupo-verl
 benchmark-rollout: $(VLLM_BIN)/.seeupo-vllm
 	VLLM_CPU_KVCACHE_SPACE=2 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_BIN)/python benchmarks/rollout_throughput.py
 
+# the quick benchmarks; multiturn_cost.py --count-only: exact tokens forwarded per training step of every
+# preset, per_row vs packed, at the T=10 BFCL shape (about 1 min)
 benchmark: $(BIN)/seeupo
 	$(BIN)/python benchmarks/exact_batched.py
 	$(BIN)/python benchmarks/verify_time.py
 	$(BIN)/python benchmarks/claims_time.py
 	$(BIN)/python benchmarks/startup_time.py
+	$(BIN)/python benchmarks/multiturn_cost.py --turns 10 --count-only
 
 # training tokens/s, MFU, peak memory and SeeUPO/GRPO update time of the Qwen3-1.7B shape (on a GPU;
 # SHAPE=tiny for a CPU check); benchmarks/paper_step_time.py turns a GPU result into the paper's step time
