@@ -40,9 +40,8 @@ Measured per pass type and per step:
   maximum, so a pass type raised the peak where the number grows. Each (preset, layout) runs in
   its own subprocess, so that these peaks do not carry over (as ``benchmarks/peak_memory.py``).
 
-Layouts: ``--scoring per_row,packed`` builds ``CausalLMPolicy(..., scoring=layout)`` (and the
-reference and the critic, when their classes take ``scoring``). When ``CausalLMPolicy`` has no
-``scoring`` parameter, only ``per_row`` (the only layout) is measured, and the output says so. The
+Layouts: ``--scoring per_row,packed`` builds ``CausalLMPolicy(..., scoring=layout)``, and the
+reference and the critic with the same layout. The
 layouts of one preset run back to back in the same invocation, so their ratios compare runs made
 under the same load.
 
@@ -62,7 +61,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as dt
-import inspect
 import json
 import os
 import platform
@@ -105,10 +103,7 @@ def bfcl_batch(
     """
     from seeupo.core.batch import SampleBatch
 
-    try:  # issue 18 §5 moves the batch layout out of the policy module
-        from seeupo.llm.layout import pack_rows
-    except ImportError:
-        from seeupo.llm.policy import pack_rows
+    from seeupo.llm.layout import pack_rows
 
     g = torch.Generator().manual_seed(seed)
     draw = lambda k: torch.randint(low, vocab, (k,), generator=g).tolist()  # noqa: E731
@@ -187,11 +182,6 @@ def packed_expectation(lengths: list[list[int]]) -> int:
     return sum(max(row) for row in lengths)
 
 
-def scoring_parameter(cls) -> bool:
-    """Whether ``cls.__init__`` takes ``scoring`` (the layout switch of issue 18)."""
-    return "scoring" in inspect.signature(cls.__init__).parameters
-
-
 class PassCounter:
     """Counts the tokens each backbone forward call computes, under the current ``phase``."""
 
@@ -243,7 +233,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     model = copy.deepcopy(model)
     device = next(model.parameters()).device
     cuda = device.type == "cuda"
-    extra = lambda cls: {"scoring": layout} if layout is not None and scoring_parameter(cls) else {}  # noqa: E731
+    extra = lambda cls: {"scoring": layout} if layout is not None else {}  # noqa: E731
     passed = [cls.__name__ for cls in (CausalLMPolicy, ReferencePolicy, ValueModel) if extra(cls)]
     counter = PassCounter()
     policy = CausalLMPolicy(model, temperature=temperature, micro_batch_size=micro_batch_size, **extra(CausalLMPolicy))
@@ -448,13 +438,7 @@ def main(argv: list[str] | None = None) -> dict:
     presets = _parse_list(args.presets, PRESETS, "--presets")
     layouts = _parse_list(args.scoring, LAYOUTS, "--scoring")
 
-    from seeupo.llm.policy import CausalLMPolicy
-
-    note = None
-    if not scoring_parameter(CausalLMPolicy):
-        note = "CausalLMPolicy has no `scoring` parameter: only the per-row layout exists, measured per_row only"
-        print(note, flush=True)
-        layouts = ["per_row"]
+    note = None  # a remark about the run, kept in its JSON record
     _, batch, lengths = _setup(argparse.Namespace(**(vars(args) | {"count_only": True})))
     rows = int(batch.valid.sum())
     print(f"batch: {args.tasks} task(s) x {args.group} rollouts x {args.turns} turns = {batch.num_rows} rows "
