@@ -21,6 +21,7 @@ tokens were drawn from.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -145,10 +146,12 @@ class HFGenerateEngine:
         device = next(self.model.parameters()).device
         position_ids = (attention_mask.cumsum(1) - 1).clamp_min(0)
         cache = DynamicCache(config=self.model.config)
+        # transformers >= 5.24 names it `cache` (`past_key_values` is deprecated); older ones `past_key_values`
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self.model(input_ids=input_ids[:, :-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
-                   position_ids=position_ids[:, :-1].to(device), past_key_values=cache, use_cache=True)
+                   position_ids=position_ids[:, :-1].to(device), use_cache=True, **{name: cache})
         cache.batch_repeat_interleave(n)
-        return {"past_key_values": cache}
+        return {name: cache}
 
     def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
         from transformers import GenerationConfig
