@@ -322,6 +322,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
         specs = algorithm_searches(args.algorithm)
     else:
         specs = [get(name) for name in args.names] if args.names else SEARCHES
+    if not args.update_paper_repro:  # an earlier run's counterexample is never replaced (the committed ones are, on purpose)
+        taken = [str(out_dir / f"{spec.name}.json") for spec in specs if (out_dir / f"{spec.name}.json").exists()]
+        if taken:
+            raise UsageError(f"argument --out: {', '.join(taken)} already exist (an earlier search); choose another --out")
     summary = []
     for spec in specs:
         budget = args.max_examples or spec.max_examples
@@ -351,9 +355,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
                          "(--plugin FILE adds the presets a plugin registers)")
     _check_tabular([args.name], "name")
-    out = Path(args.out or f"results/check/{args.name}")
+    out = writable_dir(args.out or f"results/check/{args.name}", "--out")  # a file there is one line, not a traceback
     check_output(out, args.overwrite)
-    out = writable_dir(out, "--out")
     budget = QUICK if args.quick else DEFAULT
     if args.max_examples:
         budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples})

@@ -305,3 +305,15 @@ def test_check_of_an_estimator_without_exact_mode_runs_sampled_cells_only(tmp_pa
     report = json.loads((out / "check.json").read_text())
     assert report["searches"] == [] and report["verify"]["no_exact_mode"] == ["anti_pg"]
     assert {c["mode"] for c in report["verify"]["cells"]} == {"sampled"}
+
+
+def test_search_and_check_refuse_to_replace_an_earlier_run_and_a_file_as_out(tmp_path, capsys):
+    out = tmp_path / "search"
+    out.mkdir()
+    (out / "seeupo_mt_bandit.json").write_text("an earlier search's counterexample")
+    assert main(["search", "--algorithm", "seeupo", "--max-examples", "1", "--out", str(out)]) == 2
+    assert "seeupo_mt_bandit.json already exist" in _one_line_error(capsys)
+    assert (out / "seeupo_mt_bandit.json").read_text() == "an earlier search's counterexample"
+    (tmp_path / "file").write_text("x")
+    assert main(["check", "seeupo", "--quick", "--no-bridge", "--out", str(tmp_path / "file")]) == 2
+    assert "is not a folder" in _one_line_error(capsys)
