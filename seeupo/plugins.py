@@ -57,6 +57,8 @@ class LoadedPlugin:
 _LOADED: dict[str, LoadedPlugin] = {}
 # file path or module name -> what its import registered: (registry field, or "preset"; name)
 _REGISTERED: dict[str, list[tuple[str, str]]] = {}
+# module plugins whose registrations forget_plugins() undid (a module already imported is otherwise left alone)
+_FORGOTTEN: set[str] = set()
 
 
 def load_plugin(spec: str, field: str = "--plugin") -> LoadedPlugin:
@@ -124,7 +126,9 @@ def _import(key: str, path: Path | None, field: str) -> None:
     module_name = key
     try:
         if path is None:
-            sys.modules.pop(key, None)  # a module forgotten by forget_plugins() registers again
+            if key in _FORGOTTEN:  # imported before, then forgotten: import it afresh so that it registers again
+                sys.modules.pop(key, None)
+                _FORGOTTEN.discard(key)
             importlib.import_module(key)
         else:
             # a unique module name per file: two plugins both called est.py must not replace each other
@@ -160,6 +164,7 @@ def forget_plugins() -> None:
                 PRESETS.pop(name, None)
             elif name in by_field[field]:
                 by_field[field].remove(name)
+    _FORGOTTEN.update(key for key in _LOADED if not Path(key).is_absolute())  # file plugins are keyed by absolute path
     _REGISTERED.clear()
     _LOADED.clear()
 
