@@ -54,7 +54,7 @@ from seeupo.validation import InputError, as_object, dataclass_from_dict, read_t
 # (DAPO's clip-higher 0.28, say).
 # how the policy, the reference and the critic forward a batch (seeupo.llm.policy): each
 # trajectory's longest row once for the turns that are its prefixes, or every row by itself
-Scoring = Literal["packed", "per_row"]
+Scoring = Literal["prefix_shared", "packed", "per_row"]
 
 PAPER_ALGORITHM = {"group_size": 8, "kl_coef": 0.002, "kl_estimator": "k3", "clip_eps_low": 0.2, "clip_eps_high": 0.2}
 

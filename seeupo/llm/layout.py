@@ -105,3 +105,29 @@ def packing_plan(traj_id: Tensor, input_ids: Tensor, lengths: Tensor) -> Tensor:
         else:
             carrier[i] = match
     return carrier
+
+
+def shared_prefix_lengths(group_id: Tensor, input_ids: Tensor, lengths: Tensor, limit: Tensor) -> Tensor:
+    """``prefix [m]``: how many first tokens each row shares with every row of its group, at most ``limit``.
+
+    For each group (``group_id``): the longest common prefix of its rows' real tokens (checked on
+    the ids, so nothing is assumed of the batch: rows whose prompts differ share only what is
+    equal), cut to the smallest ``limit`` of the group; every row of a group gets the group's
+    value. A group of one row shares its tokens up to its ``limit``.
+
+    Args:
+      group_id: ``[m]`` group of each row (a task's rollouts, which start from the same prompt).
+      input_ids: ``[m, C]`` token ids, right-padded.
+      lengths: ``[m]`` real tokens of each row.
+      limit: ``[m]`` at most this many tokens of row ``i`` may be shared (for scoring: the
+        position of its first logit that is read, so that every read position is after the prefix).
+    """
+    group_id, input_ids, lengths, limit = group_id.cpu(), input_ids.cpu(), lengths.cpu(), limit.cpu()
+    prefix = torch.zeros(group_id.numel(), dtype=torch.long)
+    for g in torch.unique(group_id).tolist():
+        members = (group_id == g).nonzero().squeeze(1)
+        cap = int(torch.minimum(lengths[members], limit[members]).min())
+        ids = input_ids[members, :cap]
+        differs = (ids != ids[:1]).any(0).nonzero()
+        prefix[members] = int(differs[0]) if differs.numel() else cap
+    return prefix

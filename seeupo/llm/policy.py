@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from dataclasses import dataclass
-from typing import Iterable, Iterator, get_args
+from typing import Any, Iterable, Iterator, get_args
 
 import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
-from seeupo.llm.layout import packing_plan
+from seeupo.llm.layout import packing_plan, shared_prefix_lengths
+from seeupo.llm.shared_prefix import forward_shared, prefix_sharing_unsupported
 
 Tensor = torch.Tensor
 
@@ -68,25 +70,51 @@ def micro_batches(
         start += count
 
 
-def _passes(
-    lengths: Tensor, rows: Tensor, micro_batch_size: int, max_tokens: int | None, collective: DataParallel | None
-) -> list[Tensor | None]:
-    """The micro-batches of :func:`micro_batches`; with ``collective``, padded with ``None`` (a dummy
-    pass) to the largest count over the processes, so that a sharded model's collectives match."""
-    passes: list[Tensor | None] = list(micro_batches(lengths, rows, micro_batch_size, max_tokens))
-    if collective is not None:
-        passes += [None] * (int(collective.max(len(passes))) - len(passes))
-    return passes
+def shared_micro_batches(
+    group: Tensor, prefix: Tensor, lengths: Tensor, rows: Tensor, micro_batch_size: int, max_tokens: int | None
+) -> Iterator[Tensor]:
+    """Split ``rows`` into passes of :func:`~seeupo.llm.shared_prefix.forward_shared`.
+
+    Rows are taken group by group (``group``), longest first within a group, so that a group's
+    rows share a pass and its prefix is forwarded once. A pass holds at most ``micro_batch_size``
+    rows and ``max_tokens`` padded tokens forwarded: its groups x their longest ``prefix`` (the
+    prefix call) plus its rows x their longest remainder ``lengths - prefix`` (the suffix call).
+    A single row over ``max_tokens`` still forms its own pass.
+    """
+    by_length = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+    order = by_length[torch.argsort(group[by_length], stable=True)].tolist()
+    current: list[int] = []
+    groups: set[int] = set()
+    longest_prefix = longest_suffix = 0
+    for i in order:
+        g, p, s = int(group[i]), int(prefix[i]), int(lengths[i] - prefix[i])
+        cost = (len(groups | {g}) * max(longest_prefix, p, 1) + (len(current) + 1) * max(longest_suffix, s))
+        if current and (len(current) >= micro_batch_size or (max_tokens is not None and cost > max_tokens)):
+            yield torch.tensor(current, dtype=torch.long)
+            current, groups, longest_prefix, longest_suffix = [], set(), 0, 0
+        current.append(i)
+        groups.add(g)
+        longest_prefix, longest_suffix = max(longest_prefix, p), max(longest_suffix, s)
+    if current:
+        yield torch.tensor(current, dtype=torch.long)
 
 
-def _dummy_pass(model: torch.nn.Module, device: torch.device, head: torch.nn.Module | None = None) -> Tensor:
-    """A one-token forward pass giving a scalar 0 that depends on every parameter the real passes use.
+def _dummy_pass(
+    model: torch.nn.Module, device: torch.device, head: torch.nn.Module | None = None, shared: bool = False
+) -> Tensor:
+    """A forward pass of one token (``shared``: a one-token prefix and a one-token suffix, the same two
+    calls as a real pass) giving a scalar 0 that depends on every parameter the real passes use.
 
     Added to the output, it makes this process's backward pass reach the same modules as the
     other processes' (FSDP reduces gradients module by module) while adding exactly 0.
     """
-    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-    out = _run_backbone(model, ids, torch.ones_like(ids))
+    if shared:
+        ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+        one = torch.ones(1, dtype=torch.long)
+        out, _ = forward_shared(model, ids, 2 * one, one, 0 * one)
+    else:
+        ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+        out = _run_backbone(model, ids, torch.ones_like(ids))
     value = out.logits[0, 0, 0] if head is None else head(out.last_hidden_state[0, 0]).sum()
     return 0.0 * value
 
@@ -103,12 +131,35 @@ def _live_rows(batch: SampleBatch) -> Tensor:
 class _Pass:
     """One forward pass: the rows it forwards and the rows whose numbers it gives.
 
-    ``rows[k]`` reads its numbers from the forwarded row ``forwarded[slot[k]]``.
+    ``rows[k]`` reads its numbers from the forwarded row ``forwarded[slot[k]]``. With ``prefix``
+    (``scoring="prefix_shared"``) the pass makes two calls (:func:`forward_shared`): the first
+    ``prefix[i]`` tokens of ``forwarded[i]`` are computed once per group (``prefix_row[i]``), the
+    rest by the second call.
     """
 
     forwarded: Tensor
     rows: Tensor
     slot: Tensor
+    prefix: Tensor | None = None
+    prefix_row: Tensor | None = None
+
+
+_WARNED: set[tuple[int, str]] = set()  # (model, reason) pairs already warned of
+
+
+def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
+    """``scoring``, or ``"packed"`` where ``"prefix_shared"`` cannot run on ``model`` (warned once)."""
+    if scoring not in get_args(Scoring):
+        raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
+    if scoring != "prefix_shared":
+        return scoring
+    reason = prefix_sharing_unsupported(model)
+    if reason is None:
+        return scoring
+    if (id(model), reason) not in _WARNED:
+        _WARNED.add((id(model), reason))
+        warnings.warn(f"scoring='prefix_shared' falls back to 'packed' for {type(model).__name__}: {reason}", stacklevel=3)
+    return "packed"
 
 
 def _scoring_passes(
@@ -118,11 +169,15 @@ def _scoring_passes(
     max_tokens: int | None,
     collective: DataParallel | None,
 ) -> list[_Pass | None]:
-    """The forward passes that score ``batch``'s live rows (``None``: a dummy pass, see :func:`_passes`).
+    """The forward passes that score ``batch``'s live rows (``None``: a dummy pass).
 
     ``"per_row"`` forwards every live row; ``"packed"`` forwards the carriers of
-    :func:`packing_plan` only. The forwarded rows are micro-batched by their own lengths, so the
-    token budget counts the tokens actually forwarded.
+    :func:`packing_plan` only; ``"prefix_shared"`` forwards the carriers with each group's shared
+    prefix once per pass (:func:`shared_prefix_lengths`, up to the first position any row it
+    serves reads). The forwarded rows are micro-batched by the tokens they forward
+    (:func:`micro_batches`, :func:`shared_micro_batches`). With ``collective``, the passes are
+    padded with dummy passes to the largest count over the processes, so that a sharded model's
+    collectives match.
     """
     if scoring not in get_args(Scoring):
         raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
@@ -130,18 +185,33 @@ def _scoring_passes(
     live = _live_rows(batch).cpu()
     lengths = data["attention_mask"].sum(1).cpu()
     carrier = live
-    if scoring == "packed":
+    if scoring != "per_row":
         carrier = live[packing_plan(batch.traj_id[live], data["input_ids"][live], lengths[live])]
+    forwarded_rows = torch.unique(carrier)
+    prefix = group = None
+    if scoring == "prefix_shared":
+        group = batch.group_id.cpu()
+        # the first logit any served row reads: the prefix must end before it
+        first_read = torch.full((batch.num_rows,), data["input_ids"].shape[1], dtype=torch.long)
+        first_read.scatter_reduce_(0, carrier, data["response_start"][live].cpu() - 1, "amin")
+        prefix = torch.zeros(batch.num_rows, dtype=torch.long)
+        prefix[forwarded_rows] = shared_prefix_lengths(
+            group[forwarded_rows], data["input_ids"][forwarded_rows], lengths[forwarded_rows], first_read[forwarded_rows])
+        plan = shared_micro_batches(group, prefix, lengths, forwarded_rows, micro_batch_size, max_tokens)
+    else:
+        plan = micro_batches(lengths, forwarded_rows, micro_batch_size, max_tokens)
     slot_of = torch.full((batch.num_rows,), -1, dtype=torch.long)
     passes: list[_Pass | None] = []
-    for forwarded in _passes(lengths, torch.unique(carrier), micro_batch_size, max_tokens, collective):
-        if forwarded is None:
-            passes.append(None)
-            continue
+    for forwarded in plan:
         slot_of[forwarded] = torch.arange(forwarded.numel())
         served = slot_of[carrier] >= 0
-        passes.append(_Pass(forwarded, live[served], slot_of[carrier[served]]))
+        shared = {}
+        if prefix is not None:
+            shared = {"prefix": prefix[forwarded], "prefix_row": torch.unique(group[forwarded], return_inverse=True)[1]}
+        passes.append(_Pass(forwarded, live[served], slot_of[carrier[served]], **shared))
         slot_of[forwarded] = -1
+    if collective is not None:
+        passes += [None] * (int(collective.max(len(passes))) - len(passes))
     return passes
 
 
@@ -190,7 +260,7 @@ class CausalLMPolicy(torch.nn.Module):
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
         collective: DataParallel | None = None,
-        scoring: Scoring = "packed",
+        scoring: Scoring = "prefix_shared",
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -221,34 +291,52 @@ class CausalLMPolicy(torch.nn.Module):
         # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
-        passes = _scoring_passes(batch, self.scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        scoring = effective_scoring(self.model, self.scoring)
+        passes = _scoring_passes(batch, scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
         for p in passes:
             if p is None:
-                out = out + _dummy_pass(self.model, param.device).to(out.device, out.dtype)
+                dummy = _dummy_pass(self.model, param.device, shared=scoring == "prefix_shared")
+                out = out + dummy.to(out.device, out.dtype)
                 continue
-            ids, attention_mask, width = _forwarded_tokens(batch, p.forwarded, param.device)
-            pos, mask = _response_positions(batch, p.rows, width)
-            pos, mask, slot = pos.to(param.device), mask.to(param.device), p.slot.to(param.device)
-            # only the positions from the earliest response on need logits: with long contexts and
-            # large vocabularies the full [m, C, V] logits would dominate memory
-            first = int(pos.min())
-            if self._keeps_logits:
-                logits = _run_backbone(self.model, ids, attention_mask, logits_to_keep=width - first).logits
-            else:
-                logits = _run_backbone(self.model, ids, attention_mask).logits[:, first:]
-            picked = logits[slot[:, None], pos - first]  # [k, l, V]: row k's positions in its forwarded row
+            output, ids, pos, read, mask = _forward(self.model, batch, p, param.device, self._keeps_logits)
+            slot = p.slot.to(param.device)
+            picked = output.logits[slot[:, None], read]  # [k, l, V]: row k's positions in its forwarded row's output
             logp = torch.log_softmax(picked.to(dtype) / tau, dim=-1)
-            target = ids[slot[:, None], (pos + 1).clamp(max=width - 1)]  # response token j sits at pos + 1
+            target = ids[slot[:, None], (pos + 1).clamp(max=ids.shape[1] - 1)]  # response token j sits at pos + 1
             tok_logp = logp.gather(2, target[:, :, None]).squeeze(2)
             out = _write_rows(out, p.rows, torch.where(mask, tok_logp, 0.0))
         return out
 
 
-def _forwarded_tokens(batch: SampleBatch, forwarded: Tensor, device: torch.device) -> tuple[Tensor, Tensor, int]:
-    """``(input_ids, attention_mask, width)`` of the forwarded rows, cut to the longest, on ``device``."""
+def _forward(
+    model: torch.nn.Module, batch: SampleBatch, p: _Pass, device: torch.device, keeps_logits: bool = False
+) -> tuple[Any, Tensor, Tensor, Tensor, Tensor]:
+    """Run pass ``p``: ``(output, input_ids, pos, read, mask)``.
+
+    ``output`` is the model's output over the computed positions, ``input_ids [f, W]`` the
+    forwarded rows' ids; ``pos [k, l]`` the position in its forwarded row of the logits (hidden
+    state) that predict response token ``j`` of row ``p.rows[k]``, ``read [k, l]`` the same
+    position in ``output``, with ``mask [k, l]`` (:func:`_response_positions`); all on ``device``.
+    With ``keeps_logits`` (a causal LM that takes ``logits_to_keep``) the LM head runs only from
+    the first read position on: with long contexts and large vocabularies the full ``[f, W, V]``
+    logits would dominate memory.
+    """
     data = batch.data
-    width = int(data["attention_mask"][forwarded].sum(1).max())
-    return data["input_ids"][forwarded, :width].to(device), data["attention_mask"][forwarded, :width].to(device), width
+    lengths = data["attention_mask"][p.forwarded].sum(1).cpu()
+    width = int(lengths.max())
+    ids = data["input_ids"][p.forwarded, :width].to(device)
+    pos, mask = _response_positions(batch, p.rows, width)
+    offset = p.prefix[p.slot] if p.prefix is not None else torch.zeros_like(p.slot)
+    computed = width if p.prefix is None else int((lengths - p.prefix).max())
+    read = (pos - offset[:, None]).clamp(0, computed - 1)  # padding columns may point anywhere (masked)
+    first = int(read.min()) if keeps_logits else 0
+    kwargs = {"logits_to_keep": computed - first} if keeps_logits else {}
+    if p.prefix is None:
+        output = _run_backbone(model, ids, data["attention_mask"][p.forwarded, :width].to(device), **kwargs)
+    else:
+        prefix_kwargs = {"logits_to_keep": 1} if keeps_logits else {}
+        output, _ = forward_shared(model, ids, lengths, p.prefix, p.prefix_row, prefix_kwargs, **kwargs)
+    return output, ids, pos.to(device), (read - first).to(device), mask.to(device)
 
 
 def _write_rows(out: Tensor, rows: Tensor, values: Tensor) -> Tensor:
@@ -273,7 +361,7 @@ class ReferencePolicy:
         max_tokens_per_micro_batch: int | None = None,
         copy_model: bool = True,
         collective: DataParallel | None = None,
-        scoring: Scoring = "packed",
+        scoring: Scoring = "prefix_shared",
     ) -> None:
         frozen = copy.deepcopy(model) if copy_model else model
         frozen.eval()
@@ -320,7 +408,7 @@ class ValueModel(torch.nn.Module):
         micro_batch_size: int = 8,
         max_tokens_per_micro_batch: int | None = None,
         collective: DataParallel | None = None,
-        scoring: Scoring = "packed",
+        scoring: Scoring = "prefix_shared",
     ) -> None:
         super().__init__()
         self.backbone = backbone
@@ -348,17 +436,17 @@ class ValueModel(torch.nn.Module):
         n, L = batch.token_mask.shape
         out = torch.zeros(n, L, dtype=self.head.weight.dtype, device=batch.token_mask.device)
         device = self.head.weight.device
-        passes = _scoring_passes(batch, self.scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        scoring = effective_scoring(self.backbone, self.scoring)
+        passes = _scoring_passes(batch, scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
         for p in passes:
             if p is None:
-                out = out + _dummy_pass(self.backbone, device, self.head).to(out.device, out.dtype)
+                dummy = _dummy_pass(self.backbone, device, self.head, shared=scoring == "prefix_shared")
+                out = out + dummy.to(out.device, out.dtype)
                 continue
-            ids, attention_mask, width = _forwarded_tokens(batch, p.forwarded, device)
-            pos, mask = _response_positions(batch, p.rows, width)
-            hidden = _run_backbone(self.backbone, ids, attention_mask).last_hidden_state
-            picked = hidden[p.slot.to(device)[:, None], pos.to(device)]  # [k, l, H]
+            output, _, _, read, mask = _forward(self.backbone, batch, p, device)
+            picked = output.last_hidden_state[p.slot.to(device)[:, None], read]  # [k, l, H]
             value = self.head(picked).squeeze(-1)
-            out = _write_rows(out, p.rows, torch.where(mask.to(device), value, 0.0))
+            out = _write_rows(out, p.rows, torch.where(mask, value, 0.0))
         return out
 
 

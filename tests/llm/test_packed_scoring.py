@@ -1,8 +1,11 @@
-"""Packed scoring: each trajectory's longest row forwarded once gives every earlier turn's numbers.
+"""Packed and prefix-shared scoring against the per-row layout.
 
-The reference is the per-row layout (``scoring="per_row"``): log-probabilities, values and
-parameter gradients must agree to rounding, with micro-batches, dummy passes, activation
-checkpointing and a core update, while the packed layout forwards exactly the carriers' tokens.
+``"packed"``: each trajectory's longest row forwarded once gives every earlier turn's numbers;
+``"prefix_shared"``: the same, with each group's shared prompt forwarded once per pass (a key/value
+cache kept in the autograd graph). The reference is the per-row layout (``scoring="per_row"``):
+log-probabilities, values and parameter gradients must agree to rounding, with micro-batches,
+dummy passes, activation checkpointing and a core update, while each layout forwards exactly the
+tokens it should.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
 from seeupo.llm.distributed import enable_activation_checkpointing
 from seeupo.llm.models import norms_in_model_dtype
-from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel
-from seeupo.llm.layout import pack_rows, packing_plan
+from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, effective_scoring, shared_micro_batches
+from seeupo.llm.shared_prefix import prefix_sharing_unsupported
+from seeupo.llm.layout import pack_rows, packing_plan, shared_prefix_lengths
 from seeupo.llm.rollout import Completion, SamplingParams
 
 # float64 agreement of the packed and per-row layouts on a model that computes in float64 throughout
@@ -59,8 +63,10 @@ def _multi_turn_batch(vocab: int, seed: int = 0) -> tuple[SampleBatch, list[int]
     tokens = lambda k: torch.randint(3, vocab, (k,), generator=gen).tolist()  # noqa: E731
     T, turns = 4, [4, 2, 1, 3, 4, 3]
     contexts, responses, traj, carriers = [], [], [], []
+    prompts = [tokens(rand(5, 12)) for _ in range(len(turns) // 2)]
     for k, n_turns in enumerate(turns):
-        history = tokens(rand(5, 12))
+        # the two trajectories of a group start from their group's prompt, then differ
+        history = prompts[k // 2] + tokens(rand(0, 2))
         for t in range(T):
             traj.append(k)
             if t >= n_turns:  # the episode ended: a placeholder
@@ -92,12 +98,19 @@ def _multi_turn_batch(vocab: int, seed: int = 0) -> tuple[SampleBatch, list[int]
     return batch.select(perm), sorted(int(position[i]) for i in carriers)
 
 
+LAYOUTS = ("packed", "prefix_shared")
+
+
 def _count_tokens(model: torch.nn.Module) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
-    """A list that receives the real tokens of every forward pass of ``model``, and the hook's handle."""
+    """A list that receives the real tokens each forward call of ``model`` computes, and the hook's handle.
+
+    With a key/value cache the attention mask also covers the cached positions: only its last
+    ``input_ids.shape[1]`` columns are computed.
+    """
     counts: list[int] = []
 
     def hook(module, args, kwargs):
-        counts.append(int(kwargs["attention_mask"].sum()))
+        counts.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
 
     return counts, model.register_forward_pre_hook(hook, with_kwargs=True)
 
@@ -143,68 +156,141 @@ def test_the_hand_batch_is_what_it_claims(tiny64):
     assert int((~batch.valid).sum()) == 7 and len(carriers) == 7 and live.numel() == 17
 
 
+def _prefix_shared_tokens(batch: SampleBatch, carriers: list[int]) -> int:
+    """The tokens one prefix-shared pass over ``carriers`` computes, by hand: each group's common
+    prefix (up to the first logit any of its rows reads, at least one token) once, then the rest of
+    every carrier."""
+    ids, lengths, start = batch.data["input_ids"], batch.data["attention_mask"].sum(1), batch.data["response_start"]
+    total = 0
+    for g in sorted(set(batch.group_id[carriers].tolist())):
+        members = [c for c in carriers if int(batch.group_id[c]) == g]
+        cap = min(int(start[i]) - 1 for i in range(batch.num_rows) if int(batch.group_id[i]) == g and batch.valid[i])
+        rows = [ids[c, : int(lengths[c])].tolist() for c in members]
+        common = 0
+        while common < cap and all(row[common] == rows[0][common] for row in rows):
+            common += 1
+        total += max(common, 1) + sum(int(lengths[c]) - common for c in members)
+    return total
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("size,budget", [(8, None), (1, None), (3, 60), (8, 1)])
-def test_packed_log_probs_and_gradients_equal_per_row(exact64, size, budget):
+def test_log_probs_and_gradients_equal_per_row(exact64, layout, size, budget):
     model, _ = exact64
     model = copy.deepcopy(model)
     batch, carriers = _multi_turn_batch(model.config.vocab_size)
     lengths = batch.data["attention_mask"].sum(1)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     per_row = CausalLMPolicy(model, temperature=0.8, scoring="per_row")
-    packed = CausalLMPolicy(model, temperature=0.8, micro_batch_size=size, max_tokens_per_micro_batch=budget)
-    assert packed.scoring == "packed"  # the default
+    policy = CausalLMPolicy(model, temperature=0.8, micro_batch_size=size, max_tokens_per_micro_batch=budget, scoring=layout)
 
     counts, handle = _count_tokens(model)
     want = per_row.token_logps(batch)
     per_row_tokens, counts[:] = sum(counts), []
-    got = packed.token_logps(batch)
-    packed_tokens = sum(counts)
+    got = policy.token_logps(batch)
     handle.remove()
     assert per_row_tokens == int(lengths[batch.valid].sum())
-    assert packed_tokens == int(lengths[carriers].sum()) < per_row_tokens
-    if budget == 1:  # the budget counts the forwarded rows' tokens: one carrier per pass
-        assert len(counts) == len(carriers)
+    packed_tokens = int(lengths[carriers].sum())
+    calls = 1 if layout == "packed" else 2  # prefix-shared: a prefix call and a suffix call per pass
+    if layout == "packed":
+        assert sum(counts) == packed_tokens < per_row_tokens
+    elif size == 8 and budget is None:  # one pass
+        assert len(counts) == 2 and sum(counts) == _prefix_shared_tokens(batch, carriers) < packed_tokens
+    if budget == 1:  # the budget counts the forwarded tokens: one carrier per pass
+        assert len(counts) == calls * len(carriers)
     elif budget is not None:
-        assert len(counts) > 1 and max(counts) <= max(budget, int(lengths.max()))
+        passes = [sum(counts[k : k + calls]) for k in range(0, len(counts), calls)]
+        assert len(passes) > 1 and max(passes) <= max(budget, int(lengths.max()))
     assert got.dtype == torch.float64 and torch.all(got[~batch.token_mask] == 0)
     assert (got - want).abs().max() <= TOL64
 
     grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
-    grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
+    grads_got = _grads(model, lambda: (policy.token_logps(batch) * weights).sum())
     assert max(float(g.abs().max()) for g in grads_want) > 1e-3  # the loss reaches the weights
     assert _max_diff(grads_got, grads_want) <= TOL64
 
 
-def test_stock_float64_bound(tiny64):
+def test_prefix_shared_is_the_default():
+    assert CausalLMPolicy(torch.nn.Linear(1, 1)).scoring == "prefix_shared"
+
+
+def test_shared_prefix_lengths_by_hand():
+    ids = torch.tensor([
+        [1, 2, 3, 4, 0],  # 0: group 0
+        [1, 2, 3, 9, 9],  # 1: group 0: shares 3 tokens with row 0
+        [1, 2, 7, 0, 0],  # 2: group 1, alone: its limit
+        [5, 6, 7, 8, 9],  # 3: group 2
+        [5, 6, 7, 8, 9],  # 4: group 2: equal to row 3; row 3's limit (2) binds
+        [4, 4, 0, 0, 0],  # 5: group 3: the padding beyond length 1 is never compared
+        [4, 5, 0, 0, 0],  # 6: group 3
+    ])
+    group = torch.tensor([0, 0, 1, 2, 2, 3, 3])
+    lengths = torch.tensor([4, 5, 3, 5, 5, 1, 2])
+    limit = torch.tensor([4, 4, 2, 2, 4, 5, 5])
+    assert shared_prefix_lengths(group, ids, lengths, limit).tolist() == [3, 3, 2, 2, 2, 1, 1]
+
+
+def test_shared_micro_batches_by_hand():
+    group = torch.tensor([0, 0, 0, 1, 1])
+    prefix = torch.tensor([10, 10, 10, 4, 4])
+    lengths = torch.tensor([12, 15, 11, 9, 6])
+    rows = torch.arange(5)
+    # no limit that binds: one pass, group by group, longest first
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, None)] == [[1, 0, 2, 3, 4]]
+    # group 0 alone: 10 (its prefix) + 3 rows x 5 (the longest remainder) = 25 tokens; with row 3:
+    # 2 groups x 10 + 4 rows x 5 = 40 > 30
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 30)] == [[1, 0, 2], [3, 4]]
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 2, None)] == [[1, 0], [2, 3], [4]]
+    # a row over the budget still gets a pass of its own
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 5)] == [[1], [0], [2], [3], [4]]
+
+
+def test_prefix_shared_falls_back_where_it_cannot_run(exact64):
+    model, _ = exact64
+    sliding = copy.deepcopy(model)
+    sliding.config.layer_types = ["sliding_attention"] * len(sliding.config.layer_types)
+    assert "not all full attention" in prefix_sharing_unsupported(sliding)
+    assert prefix_sharing_unsupported(model) is None
+    with pytest.warns(UserWarning, match="falls back to 'packed'.*not all full attention"):
+        assert effective_scoring(sliding, "prefix_shared") == "packed"
+    assert effective_scoring(sliding, "per_row") == "per_row"
+    with pytest.raises(ValueError, match="unknown scoring 'rows'"):
+        effective_scoring(model, "rows")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_stock_float64_bound(tiny64, layout):
     model, _ = tiny64
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     per_row = CausalLMPolicy(model, scoring="per_row")
-    packed = CausalLMPolicy(model, micro_batch_size=3)
+    packed = CausalLMPolicy(model, micro_batch_size=3, scoring=layout)
     assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL64
     grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
     grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
     assert _max_diff(grads_got, grads_want) <= STOCK64_GRAD_REL * max(float(g.abs().max()) for g in grads_want)
 
 
-def test_float32_bound(tiny32):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_float32_bound(tiny32, layout):
     model, _ = tiny32
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2))
     per_row = CausalLMPolicy(model, scoring="per_row")
-    packed = CausalLMPolicy(model, scoring="packed", micro_batch_size=3)
+    packed = CausalLMPolicy(model, scoring=layout, micro_batch_size=3)
     assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL32
     grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
     grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
     assert _max_diff(grads_got, grads_want) <= TOL32
 
 
-def test_bfloat16_packed_scoring(tiny32):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bfloat16(tiny32, layout):
     model, _ = tiny32
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     half = copy.deepcopy(model).to(torch.bfloat16)
     with torch.no_grad():
-        got = CausalLMPolicy(half).token_logps(batch)
+        got = CausalLMPolicy(half, scoring=layout).token_logps(batch)
         per_row = CausalLMPolicy(half, scoring="per_row").token_logps(batch)
         full = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
     assert got.dtype == torch.float32  # softmax in float32 whatever the layout
@@ -214,7 +300,8 @@ def test_bfloat16_packed_scoring(tiny32):
     assert (got - full).abs().max() < 1e-2
 
 
-def test_dummy_passes_and_activation_checkpointing(exact64):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dummy_passes_and_activation_checkpointing(exact64, layout):
     class ExtraPasses:
         """Stands in for a DataParallel whose busiest process makes 2 more passes than this one."""
 
@@ -231,29 +318,33 @@ def test_dummy_passes_and_activation_checkpointing(exact64):
 
     checkpointed = copy.deepcopy(model)
     enable_activation_checkpointing(checkpointed)
-    packed = CausalLMPolicy(checkpointed, micro_batch_size=2, collective=ExtraPasses())
+    packed = CausalLMPolicy(checkpointed, micro_batch_size=2, collective=ExtraPasses(), scoring=layout)
+    assert effective_scoring(checkpointed, layout) == layout  # transformers >= 5.23 keeps the shared prefix's cache
     counts, handle = _count_tokens(checkpointed)
     got = packed.token_logps(batch)
     handle.remove()
-    assert len(counts) == (len(carriers) + 1) // 2 + 2 and counts[-2:] == [1, 1]  # the dummy passes: one token each
+    calls = 1 if layout == "packed" else 2  # a real pass and a dummy pass make the same calls
+    # the dummy passes: one token per call
+    assert len(counts) == calls * ((len(carriers) + 1) // 2 + 2) and counts[-2 * calls:] == [1] * 2 * calls
     assert (got.detach() - want).abs().max() <= TOL64
     grads_got = _grads(checkpointed, lambda: (packed.token_logps(batch) * weights).sum())
     assert _max_diff(grads_got, grads_want) <= TOL64
 
 
-def test_reference_and_critic_pack_too(exact64):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_reference_and_critic_pack_too(exact64, layout):
     model, _ = exact64
     batch, carriers = _multi_turn_batch(model.config.vocab_size)
     lengths = batch.data["attention_mask"].sum(1)
-    for scoring in ("packed", "per_row"):
+    for scoring in (layout, "per_row"):
         reference = ReferencePolicy(model, scoring=scoring)
-        if scoring == "packed":
+        if scoring == layout:
             got = reference.logp_ref(batch)
         else:
             want = reference.logp_ref(batch)
     assert (got - want).abs().max() <= TOL64
 
-    critic = ValueModel.from_causal_lm(model, micro_batch_size=3)
+    critic = ValueModel.from_causal_lm(model, micro_batch_size=8, scoring=layout)
     with torch.no_grad():  # a head that reads the hidden state (the default one starts at zero)
         critic.head.weight.copy_(torch.randn(critic.head.weight.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
     per_row = copy.deepcopy(critic)
@@ -262,7 +353,8 @@ def test_reference_and_critic_pack_too(exact64):
     counts, handle = _count_tokens(critic.backbone)
     values = critic.values(batch)
     handle.remove()
-    assert sum(counts) == int(lengths[carriers].sum())
+    want_tokens = int(lengths[carriers].sum()) if layout == "packed" else _prefix_shared_tokens(batch, carriers)
+    assert sum(counts) == want_tokens
     assert float(values.detach().abs().max()) > 1e-3 and torch.all(values[~batch.token_mask] == 0)
     assert (values - per_row.values(batch)).abs().max() <= TOL64
     grads_got = _grads(critic, lambda: (critic.values(batch) * weights).sum())
@@ -270,15 +362,16 @@ def test_reference_and_critic_pack_too(exact64):
     assert _max_diff(grads_got, grads_want) <= TOL64
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", ["seeupo", "grpo"])
 @pytest.mark.parametrize("micro_rows,micro_tokens", [(None, None), (3, 80)])
-def test_a_core_update_is_the_same_with_either_layout(exact64, name, micro_rows, micro_tokens):
+def test_a_core_update_is_the_same_with_either_layout(exact64, layout, name, micro_rows, micro_tokens):
     model, _ = exact64
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     cfg = preset(name, group_size=2, kl_coef=0.05)
     advantages = compute_advantages(batch, cfg)
     after = {}
-    for scoring in ("per_row", "packed"):
+    for scoring in ("per_row", layout):
         trained = copy.deepcopy(model)
         policy = CausalLMPolicy(trained, scoring=scoring)
         reference = ReferencePolicy(model, scoring=scoring)
@@ -287,7 +380,7 @@ def test_a_core_update_is_the_same_with_either_layout(exact64, name, micro_rows,
             row_tokens=batch.data["attention_mask"].sum(1),
         ))
         after[scoring] = ([p.detach().clone() for p in trained.parameters()], stats)
-    (p_row, s_row), (p_packed, s_packed) = after["per_row"], after["packed"]
+    (p_row, s_row), (p_packed, s_packed) = after["per_row"], after[layout]
     assert s_row.steps == s_packed.steps >= 1
     assert max(abs(a - b) for a, b in zip(s_row.objective, s_packed.objective)) <= TOL64
     assert _max_diff(p_row, [p.detach() for p in model.parameters()]) > 1e-5  # the update moved the weights
@@ -330,7 +423,7 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     assert int((~batch.valid).sum()) == 6  # the early-ended episodes' placeholders
     lengths = batch.data["attention_mask"].sum(1)
     counts, handle = _count_tokens(model)
-    got = CausalLMPolicy(model, micro_batch_size=1).token_logps(batch)
+    got = CausalLMPolicy(model, micro_batch_size=1, scoring="packed").token_logps(batch)
     handle.remove()
     # one pass per trajectory, of its last turn: the agent loop's rows are prefixes of each other
     last = torch.zeros(batch.num_trajectories, dtype=torch.long).scatter_reduce(0, batch.traj_id, lengths, "amax")
@@ -338,3 +431,9 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     assert sum(counts) < int(lengths.sum())
     want = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
     assert (got - want).abs().max() <= TOL64
+    # a task's two rollouts start from the same prompt: prefix-shared scoring forwards it once per task
+    counts, handle = _count_tokens(model)
+    shared = CausalLMPolicy(model, scoring="prefix_shared").token_logps(batch)
+    handle.remove()
+    assert len(counts) == 2 and sum(counts) < int(last.sum())
+    assert (shared - want).abs().max() <= TOL64
