@@ -52,8 +52,9 @@ from seeupo.validation import InputError, as_object, dataclass_from_dict, read_t
 # to the built-in presets, which the paper compares under them. A preset registered by a plugin
 # (register_preset) keeps its own settings: they are part of the algorithm its author defined
 # (DAPO's clip-higher 0.28, say).
-# how the policy, the reference and the critic forward a batch (seeupo.llm.policy): each
-# trajectory's longest row once for the turns that are its prefixes, or every row by itself
+# how the policy, the reference and the critic forward a batch (seeupo.llm.policy): each group's
+# shared prompt once and each trajectory's longest row once for the turns that are its prefixes;
+# each trajectory's longest row once; or every row by itself
 Scoring = Literal["prefix_shared", "packed", "per_row"]
 
 PAPER_ALGORITHM = {"group_size": 8, "kl_coef": 0.002, "kl_estimator": "k3", "clip_eps_low": 0.2, "clip_eps_high": 0.2}
@@ -121,10 +122,14 @@ class OptimConfig:
     micro_batch_tokens: at most this many tokens (context + response of each row) per
       forward/backward pass, so that long multi-turn contexts fit (a dynamic batch size;
       verl's ``ppo_max_token_len_per_gpu``); ``null``: no token limit.
-    scoring: ``"packed"`` forwards each trajectory's longest row once and reads every earlier
-      turn's log-probabilities (values) from it, since an earlier turn's row is a token prefix of
-      a later one (checked on the token ids; the same numbers and gradients up to rounding,
-      :mod:`seeupo.llm.policy`); ``"per_row"`` forwards every row by itself (the reference layout).
+    scoring: how the policy, the reference and the critic forward a batch (:mod:`seeupo.llm.policy`;
+      the same numbers and gradients up to rounding in every layout). ``"packed"`` forwards each
+      trajectory's longest row once and reads every earlier turn's log-probabilities (values)
+      from it, since an earlier turn's row is a token prefix of a later one (checked on the token
+      ids); ``"prefix_shared"`` (the default) also forwards the prompt a task's rollouts share
+      once per pass (verl's PrefixGrouper idea, through a key/value cache kept in the autograd
+      graph; models it cannot run on fall back to ``"packed"`` with a warning); ``"per_row"``
+      forwards every row by itself (the reference layout).
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -138,7 +143,7 @@ class OptimConfig:
     max_grad_norm: float | None = 1.0
     micro_batch_rows: int | None = None
     micro_batch_tokens: int | None = None
-    scoring: Scoring = "packed"
+    scoring: Scoring = "prefix_shared"
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 

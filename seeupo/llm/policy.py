@@ -7,7 +7,7 @@ real token only ever attends to the real tokens before it, at the positions it h
 sampled; a row's numbers do not depend on its padding or on the rows that share its micro-batch
 (up to the floating-point summation order of batched matrix products; the tests bound it).
 
-Packed scoring (``scoring="packed"``, the default): the agent loop appends and never re-encodes,
+Packed scoring (``scoring="packed"``): the agent loop appends and never re-encodes,
 so turn ``k``'s row (context + response) is a token prefix of turn ``k+1``'s row of the same
 trajectory. With causal attention the logits (hidden states) at a prefix's positions do not depend
 on the tokens after it, so only each trajectory's longest row (its *carrier*) is forwarded and every
@@ -18,6 +18,13 @@ when its real tokens equal the carrier's first tokens (checked on the ids, :func
 any other row is forwarded itself. Packing is within the rows of one call (with data
 parallelism: within one process's own rows). ``scoring="per_row"`` forwards every row: the
 reference layout.
+
+Prefix-shared scoring (``scoring="prefix_shared"``, the default): packed, and the rollouts of one
+task (``group_id``) start from the same prompt, so each pass forwards the prefix its carriers share
+(checked on the ids, :func:`~seeupo.llm.layout.shared_prefix_lengths`, up to the first position
+any of them reads) once, and every carrier's remaining tokens attending to it
+(:mod:`seeupo.llm.shared_prefix`: two model calls per pass, the prefix's keys and values kept in
+the autograd graph). The same numbers and gradients again, up to summation order.
 
 Temperature: the sampling policy at temperature ``tau`` is ``softmax(logits / tau)``.
 :class:`CausalLMPolicy` scores under its ``temperature``, and the trainer must build it with the
@@ -247,9 +254,10 @@ class CausalLMPolicy(torch.nn.Module):
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
-      scoring: ``"packed"`` forwards each trajectory's longest row once for all the rows that are
-        its prefixes; ``"per_row"`` forwards every row (see the module docstring). The row and
-        token limits count the rows and tokens forwarded.
+      scoring: ``"prefix_shared"`` forwards each group's shared prompt once per pass and each
+        trajectory's longest row once for all the rows that are its prefixes; ``"packed"`` the
+        latter only; ``"per_row"`` every row (see the module docstring). The row and token limits
+        count the rows and tokens forwarded.
     """
 
     def __init__(

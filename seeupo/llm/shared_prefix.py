@@ -49,13 +49,15 @@ def _checkpointed_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 def prefix_sharing_unsupported(model: torch.nn.Module) -> str | None:
     """Why ``model`` cannot forward a shared prefix once (a one-line reason), or ``None`` if it can.
 
-    Needs a transformers model whose layers all use full attention (a sliding-window or linear-
-    attention layer keeps a different cache) and, under activation checkpointing, a transformers
+    Needs a transformers model that takes a key/value cache and whose layers all use full
+    attention (a sliding-window or linear-attention layer keeps a different cache) and, under
+    activation checkpointing, a transformers
     that lets a layer keep its cache there (``_can_checkpoint_with_cache``).
     """
     config = getattr(model, "config", None)
-    if config is None:
-        return f"{type(model).__name__} has no transformers config"
+    parameters = inspect.signature(model.forward).parameters
+    if config is None or not ({"cache", "past_key_values"} & set(parameters)):
+        return f"{type(model).__name__} takes no key/value cache"
     kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"}:
         return f"its layers are {sorted(kinds)}, not all full attention"
@@ -174,7 +176,7 @@ def forward_shared(
     recorder = Cache(layers=[recording_layer() for _ in range(_num_layers(model))])
     name = cache_argument(model)
     with cache_allowed_under_checkpointing(model):
-        model(input_ids=input_ids[source.to(device), :width], attention_mask=call_mask.to(device),
+        prefix_out = model(input_ids=input_ids[source.to(device), :width], attention_mask=call_mask.to(device),
               position_ids=(call_mask.cumsum(1) - 1).clamp_min(0).to(device), use_cache=True,
               **{name: recorder}, **(prefix_kwargs or {}))
         rows = prefix_row.to(device)
@@ -191,4 +193,9 @@ def forward_shared(
         out = model(input_ids=suffix_ids, attention_mask=torch.cat([prefix_view, suffix_mask], 1).to(device),
                     position_ids=(prefix[:, None] + s_cols[None, :]).to(device), use_cache=True,
                     **{name: shared}, **kwargs)
+    # FSDP gathers a layer's parameters for the backward pass when the gradient reaches the layer's
+    # output; the prefix call's last layer gets its gradient through its keys and values only, so
+    # an exact 0 that depends on the prefix call's output makes the gradient reach it there too
+    first = next(iter(out.keys()))
+    out[first] = out[first] + 0.0 * prefix_out[next(iter(prefix_out.keys()))].sum()
     return out, prefix

@@ -160,10 +160,10 @@ def test_resumable_fields_are_config_keys():
 
 
 def test_scoring_layout_is_a_resumable_setting():
-    assert TrainConfig().optim.scoring == "packed"
+    assert TrainConfig().optim.scoring == "prefix_shared"
     saved = load_train_config(None, ["steps=4"]).to_dict()
     assert resume_changes(saved, load_train_config(None, ["steps=4", "optim.scoring=per_row"])) == {
-        "optim.scoring": ("packed", "per_row")}
+        "optim.scoring": ("prefix_shared", "per_row")}
 
 
 def test_resume_changes_allow_only_the_resumable_fields():

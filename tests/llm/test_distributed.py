@@ -163,7 +163,7 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny6
         count = [0]
         # the layer's own hooks stay outside the checkpoint: count a module inside it
         decoder_layers(m)[0].mlp.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-        CausalLMPolicy(m).token_logps(batch).sum().backward()
+        CausalLMPolicy(m, scoring="packed").token_logps(batch).sum().backward()
         grads.append({k: p.grad.clone() for k, p in m.named_parameters()})
         calls.append(count[0])
     assert calls == [1, 2]  # the checkpointed layer runs again in the backward pass

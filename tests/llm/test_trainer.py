@@ -212,16 +212,17 @@ def test_no_prompt_fits_at_rollout_is_the_same_one_line_error(tmp_path):
     assert err.value.field == "config.rollout.max_context"
 
 
-def test_per_row_scoring_trains_like_packed_scoring(tmp_path):
+def test_every_scoring_layout_trains_alike(tmp_path):
     runs = {}
-    for scoring in ("packed", "per_row"):
+    for scoring in ("prefix_shared", "packed", "per_row"):
         cfg = load_train_config(None, SMALL + ["algorithm.preset=ppo", "steps=2", "model.dtype=float64", f"optim.scoring={scoring}",
                                                f"out_dir={tmp_path / scoring}"])
         trainer = Trainer(cfg)
         assert trainer.policy.scoring == trainer.reference._policy.scoring == trainer.critic.scoring == scoring
         trainer.train()
         runs[scoring] = _comparable(read_metrics(tmp_path / scoring))
-    assert runs["packed"][0].keys() == runs["per_row"][0].keys() and len(runs["packed"]) == 3
-    for packed, per_row in zip(runs["packed"], runs["per_row"]):
-        for key, value in per_row.items():
-            assert packed[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    for layout in ("prefix_shared", "packed"):
+        assert runs[layout][0].keys() == runs["per_row"][0].keys() and len(runs[layout]) == 3
+        for got, per_row in zip(runs[layout], runs["per_row"]):
+            for key, value in per_row.items():
+                assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (layout, key)
