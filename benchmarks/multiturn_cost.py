@@ -75,7 +75,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 
 PRESETS = ("ppo", "grpo", "gspo", "rloo", "seeupo")
-LAYOUTS = ("per_row", "packed")
+LAYOUTS = ("per_row", "packed", "prefix_shared")
 PASS_TYPES = ("logp_old", "reference", "critic_values", "update", "m_ratio", "critic_update")
 
 
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-qwen3")
     p.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets")
-    p.add_argument("--scoring", default="per_row,packed", help="comma-separated layouts (CausalLMPolicy's scoring)")
+    p.add_argument("--scoring", default=",".join(LAYOUTS), help="comma-separated layouts (CausalLMPolicy's scoring)")
     p.add_argument("--tasks", type=int, default=1, help="tasks per step, each rolled out --group times")
     p.add_argument("--group", type=int, default=8, help="rollouts per task (group_size)")
     p.add_argument("--turns", type=int, default=5)
@@ -502,18 +502,19 @@ def _line(r: dict) -> str:
 
 
 def _ratios(results: list[dict]) -> list[str]:
-    """per_row / packed per preset, and SeeUPO against GRPO in each layout (tokens and, if timed, seconds)."""
+    """per_row / each other layout per preset, and SeeUPO against GRPO in each layout (tokens and, if timed, seconds)."""
     by = {(r["preset"], r["layout"]): r for r in results}
     tok = lambda r: sum(r["tokens"].values())  # noqa: E731
     sec = lambda r: sum(r["seconds"].values()) if "seconds" in r else None  # noqa: E731
     lines = []
     for name in dict.fromkeys(r["preset"] for r in results):
-        a, b = by.get((name, "per_row")), by.get((name, "packed"))
-        if a and b:
-            line = f"{name}: per_row/packed tokens x{tok(a) / tok(b):.2f}"
-            if sec(a) is not None:
-                line += f", seconds x{sec(a) / sec(b):.2f}"
-            lines.append(line)
+        for layout in LAYOUTS[1:]:
+            a, b = by.get((name, "per_row")), by.get((name, layout))
+            if a and b:
+                line = f"{name}: per_row/{layout} tokens x{tok(a) / tok(b):.2f}"
+                if sec(a) is not None:
+                    line += f", seconds x{sec(a) / sec(b):.2f}"
+                lines.append(line)
     for layout in dict.fromkeys(r["layout"] for r in results):
         s, g = by.get(("seeupo", layout)), by.get(("grpo", layout))
         if s and g:
@@ -521,9 +522,10 @@ def _ratios(results: list[dict]) -> list[str]:
             if sec(s) is not None:
                 line += f", seconds x{sec(s) / sec(g):.2f}"
             lines.append(line)
-    s, g = by.get(("seeupo", "packed")), by.get(("grpo", "per_row"))
-    if s and g:
-        lines.append(f"seeupo packed / grpo per_row: tokens x{tok(s) / tok(g):.2f}")
+    for layout in LAYOUTS[1:]:
+        s, g = by.get(("seeupo", layout)), by.get(("grpo", "per_row"))
+        if s and g:
+            lines.append(f"seeupo {layout} / grpo per_row: tokens x{tok(s) / tok(g):.2f}")
     return lines
 
 
