@@ -20,7 +20,9 @@ these pass types:
   :func:`seeupo.core.update.policy_update` (token counts are of the forward; the backward runs
   over the same tokens);
 * ``m_ratio``: the no-gradient ratio passes of a sequential update that advance ``M``'s factor
-  (``seeupo``; the trainer's default computes none after the last turn);
+  (``seeupo-unfused``, the reference sweep; none after the last turn). ``seeupo`` (the default,
+  :func:`seeupo.core.update.fused_sequential_sweep`) takes each turn's ratio in the next turn's
+  first optimizer step, so its ratio passes are part of ``update``;
 * ``critic_update``: the critic's value-loss forward + backward (``ppo``).
 
 Measured per pass type and per step:
@@ -74,7 +76,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
-PRESETS = ("ppo", "grpo", "gspo", "rloo", "seeupo")
+# "seeupo-unfused": seeupo with the reference sweep (a no-gradient ratio pass per turn, UpdateSettings.fuse_ratio_passes=False)
+PRESETS = ("ppo", "grpo", "gspo", "rloo", "seeupo", "seeupo-unfused")
 LAYOUTS = ("per_row", "packed", "prefix_shared")
 PASS_TYPES = ("logp_old", "reference", "critic_values", "update", "m_ratio", "critic_update")
 
@@ -152,12 +155,13 @@ def row_lengths(turns_taken: list[int], turns: int, context: int, response: int,
             for taken in turns_taken]
 
 
-def per_row_expectation(lengths: list[list[int]], cfg) -> dict[str, int]:
+def per_row_expectation(lengths: list[list[int]], cfg, fuse: bool = True) -> dict[str, int]:
     """The tokens each pass type forwards in the per-row layout, by arithmetic from ``lengths``.
 
     Every scoring pass forwards every valid row once; the update forwards every row ``epochs``
     times (minibatches partition the rows); a sequential update's ratio passes forward every
-    turn's rows but the last turn's of its order.
+    turn's rows but the last turn's of its order: in separate passes (``fuse=False`` or a schedule
+    that cannot fuse), or in the next turn's first optimizer step (the update then forwards them).
     """
     from seeupo.core.registry import adv_estimator
     from seeupo.core.update import steps_per_turn, turn_order
@@ -174,6 +178,8 @@ def per_row_expectation(lengths: list[list[int]], cfg) -> dict[str, int]:
         epochs, _ = steps_per_turn(cfg, turns)
         out["update"] = epochs * total
         out["m_ratio"] = total - by_turn[turn_order(cfg, turns, torch.Generator().manual_seed(0))[-1]]
+        if fuse and steps_per_turn(cfg, turns)[1] == 1:  # can_fuse_ratio_passes, for the presets here
+            out["update"], out["m_ratio"] = out["update"] + out["m_ratio"], 0
     return out
 
 
@@ -218,7 +224,8 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
-                 micro_batch_size: int = 8, micro_batch_tokens: int | None = None, timed: bool = True) -> dict:
+                 micro_batch_size: int = 8, micro_batch_tokens: int | None = None, timed: bool = True,
+                 fuse: bool = True) -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
     ``layout``: the ``scoring`` argument of the policy, the reference and the critic (for the
@@ -305,7 +312,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     start = phase("update")
     stats = policy_update(policy, optimizer, batch, advantages, cfg, UpdateSettings(
         logp_ref=logp_ref, generator=torch.Generator().manual_seed(0), micro_batch_tokens=micro_batch_tokens,
-        row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=1.0))
+        row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=1.0, fuse_ratio_passes=fuse))
     done("update", start)
     del policy.token_logps
     if "m_ratio" in counter.tokens:
@@ -353,7 +360,13 @@ def _setup(args: argparse.Namespace):
 def _config(name: str, args: argparse.Namespace):
     from seeupo.core.config import preset
 
-    return preset(name, group_size=args.group, kl_coef=0.002, epochs=args.epochs, minibatches=args.minibatches)
+    return preset(name.removesuffix("-unfused"), group_size=args.group, kl_coef=0.002, epochs=args.epochs,
+                  minibatches=args.minibatches)
+
+
+def _fused(name: str) -> bool:
+    """Whether the step fuses a sequential update's ratio passes (all but the ``-unfused`` variant)."""
+    return not name.endswith("-unfused")
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -366,7 +379,7 @@ def child(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     out = measure_step(model, batch, _config(name, args), layout,
                        micro_batch_size=args.micro_batch_size, micro_batch_tokens=args.micro_batch_tokens,
-                       timed=not args.count_only)
+                       timed=not args.count_only, fuse=_fused(name))
     out |= {"preset": name, "layout": layout, "step_seconds": time.perf_counter() - start,
             "setup_peak_rss_mib": setup_mib, "load_average_1min": os.getloadavg()[0]}
     return out
@@ -450,7 +463,7 @@ def main(argv: list[str] | None = None) -> dict:
     loads = [os.getloadavg()[0]]
     started = time.perf_counter()
     for name in presets:
-        expected = per_row_expectation(lengths, _config(name, args))
+        expected = per_row_expectation(lengths, _config(name, args), _fused(name))
         for layout in layouts:
             cmd = [sys.executable, str(Path(__file__).resolve()), *_child_argv(argv), "--child", f"{name}:{layout}"]
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}

@@ -170,6 +170,13 @@ class UpdateSettings:
       max_grad_norm: clip the gradient's global norm before each optimizer step.
       dp: data parallelism: this process's rank among processes that all call
         :func:`policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
+      fuse_ratio_passes: a sequential update takes each turn's ratio in the next turn's first
+        optimizer step where the schedule allows (:func:`fused_sequential_sweep`); ``False``:
+        a separate no-gradient pass (:func:`sequential_sweep`, the reference). The same update
+        when every parameter that the finished turn's rows use is also used by the trained
+        turn's, as in a language model (every turn uses every weight). Not with per-turn
+        parameters (the tabular policies' tables): the finished turn's tables would get a zero
+        gradient instead of none, which an optimizer with momentum (Adam) still moves.
     """
 
     logp_ref: Tensor | None = None
@@ -179,6 +186,7 @@ class UpdateSettings:
     row_tokens: Tensor | None = None
     max_grad_norm: float | None = None
     dp: DataParallel | None = None
+    fuse_ratio_passes: bool = False
 
     def select(self, rows: Tensor) -> "UpdateSettings":
         """The settings of ``batch.select(rows)``: the per-row tensors restricted to ``rows``."""
@@ -220,6 +228,20 @@ class TurnUpdate(Protocol):
         ...
 
 
+@dataclass(eq=False)
+class _PendingRatio:
+    """A finished turn's ratio, taken in the next turn's first optimizer step (:func:`fused_sequential_sweep`).
+
+    ``finished`` marks the step batch's rows of the finished turn. They are scored in the same
+    passes as the trained rows; their log-probabilities advance ``factor``
+    (:func:`advance_factor`'s rule) before the trained rows' weights ``A * F[traj]`` are formed,
+    and they add nothing to the objective (coefficient 0, ratio 1).
+    """
+
+    finished: Tensor
+    factor: Tensor
+
+
 def _optimizer_step(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -228,6 +250,7 @@ def _optimizer_step(
     cfg: AlgorithmConfig,
     settings: UpdateSettings,
     stats: UpdateStats,
+    pending: _PendingRatio | None = None,
 ) -> None:
     """One optimizer step on ``batch``, as one or several accumulated forward/backward passes.
 
@@ -235,14 +258,16 @@ def _optimizer_step(
     normalisers come from the whole ``batch`` (:func:`row_coefficients`), so the accumulated
     gradient equals the one-pass gradient. With ``settings.dp`` this process passes only its own
     rows (padded with empty passes to the largest count over the processes) and the diagnostics
-    are summed over the processes.
+    are summed over the processes. With ``pending``, ``weight`` is the advantage and each pass
+    first advances ``pending.factor`` from its finished rows (a trajectory's rows share a pass).
     """
     logp_ref, row_tokens, dp = settings.logp_ref, settings.row_tokens, settings.dp
     if cfg.kl_coef > 0.0 and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
-    coef = row_coefficients(batch, cfg.aggregation)
-    token_coef = row_coefficients(batch, "token_mean")
-    whole_trajectories = (
+    trained = batch if pending is None else batch.with_updates(valid=batch.valid & ~pending.finished)
+    coef = row_coefficients(trained, cfg.aggregation)
+    token_coef = row_coefficients(trained, "token_mean")
+    whole_trajectories = pending is not None or (
         policy_loss(cfg.update).surrogate and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
     )
     mine = owned(batch, dp).nonzero().squeeze(1)
@@ -257,10 +282,16 @@ def _optimizer_step(
     for rows in plan:
         micro = batch.select(rows)
         logp = policy.token_logps(micro)
+        micro_weight = weight[rows]
+        if pending is not None:  # F takes the finished rows' ratios under the weights this step starts from
+            finished = pending.finished[rows]
+            pending.factor = _advanced(pending.factor, micro.select(finished), logp[finished].detach(), cfg)
+            micro_weight = torch.where(finished[:, None], 0.0, micro_weight * pending.factor[micro.traj_id][:, None])
+            logp = torch.where(finished[:, None], micro.logp_old.to(logp.dtype), logp)  # ratio 1: adds exactly 0
         objective, info = policy_objective(
             logp,
             micro,
-            weight[rows],
+            micro_weight,
             update=cfg.update,
             ratio_level=cfg.ratio_level,
             ratio_scope=cfg.ratio_scope,
@@ -284,6 +315,8 @@ def _optimizer_step(
     if dp is not None:
         sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass], dtype=torch.float64, device="cpu"))
         objective_sum, kl_sum, clipped_mass = sums.tolist()
+        if pending is not None:  # each process advanced its own trajectories' factors: gather them
+            pending.factor = _gathered_factor(pending.factor, batch.traj_id[mine[pending.finished[mine]]], dp)
     params = [p for p in policy.parameters() if p.grad is not None]
     max_norm = settings.max_grad_norm if settings.max_grad_norm is not None else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -321,6 +354,24 @@ class GradientSteps:
         for part in minibatch_plan(sub, self.epochs, self.minibatches, settings.generator):
             _optimizer_step(self.policy, self.optimizer, sub.select(part), weights[part], self.cfg, settings.select(part),
                             self.stats)
+
+    def fused(self, rows: Tensor, advantages: Tensor, factor: Tensor, finished: Tensor | None) -> Tensor:
+        """``self(rows, advantages[rows] * F[traj])`` with ``F`` first advanced by the ratio of the
+        ``finished`` rows (the previous turn's), scored in the first optimizer step's passes; returns
+        that ``F``. Needs one minibatch (:func:`can_fuse_ratio_passes`)."""
+        sub, settings = self.batch.select(rows), self.settings.select(rows)
+        for k, part in enumerate(minibatch_plan(sub, self.epochs, self.minibatches, settings.generator)):
+            if k == 0 and finished is not None:  # one minibatch: ``part`` is every row of the turn
+                joint = rows | finished
+                pending = _PendingRatio(finished[joint], factor)
+                _optimizer_step(self.policy, self.optimizer, self.batch.select(joint), advantages[joint], self.cfg,
+                                self.settings.select(joint), self.stats, pending)
+                factor = pending.factor
+                continue
+            weights = advantages[rows] * factor[sub.traj_id][:, None]
+            _optimizer_step(self.policy, self.optimizer, sub.select(part), weights[part], self.cfg, settings.select(part),
+                            self.stats)
+        return factor
 
 
 def steps_per_turn(cfg: AlgorithmConfig, num_turns: int) -> tuple[int, int]:
@@ -360,10 +411,31 @@ def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig, dp
     (:func:`score_rows`).
     """
     with torch.no_grad():
-        mask = turn_batch.token_mask & turn_batch.valid[:, None]
         logp = score_rows(policy.token_logps, turn_batch, dp).to(turn_batch.logp_old.device)
-        log_ratio = sequence_log_ratio(logp, turn_batch.logp_old, mask, length_norm=cfg.m_length_norm)
-        return torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
+        return _ratio(turn_batch, logp, cfg)
+
+
+def _ratio(turn_batch: SampleBatch, logp: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """Per-row ``pi_new / pi_old`` of one turn's rows from their log-probabilities ``logp`` (1 on placeholders)."""
+    mask = turn_batch.token_mask & turn_batch.valid[:, None]
+    log_ratio = sequence_log_ratio(logp, turn_batch.logp_old, mask, length_norm=cfg.m_length_norm)
+    return torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
+
+
+def _advanced(factor: Tensor, turn_batch: SampleBatch, logp: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """``factor`` with ``F[traj] <- m_factor(F[traj], ratio)`` on ``turn_batch``'s trajectories (a new tensor)."""
+    traj = turn_batch.traj_id
+    factor = factor.clone()
+    factor[traj] = M_FACTORS.get(cfg.m_factor).fn(factor[traj], _ratio(turn_batch, logp, cfg).to(factor.dtype), cfg)
+    return factor
+
+
+def _gathered_factor(factor: Tensor, mine: Tensor, dp: DataParallel) -> Tensor:
+    """``factor`` with each trajectory's entry from the process that advanced it (``mine``: this process's)."""
+    owned_traj = torch.zeros(factor.shape, dtype=factor.dtype, device=factor.device)
+    owned_traj[mine.to(factor.device)] = 1.0
+    values = dp.sum(torch.where(owned_traj > 0, factor, 0.0))
+    return torch.where(dp.sum(owned_traj) > 0, values, factor)
 
 
 def advance_factor(
@@ -375,14 +447,12 @@ def advance_factor(
     ``cfg.m_factor`` (:func:`seeupo.core.registry.register_m_factor`). A new tensor; a rule that
     uses no ratio returns ``factor`` itself without scoring anything.
     """
-    rule = M_FACTORS.get(cfg.m_factor)
-    if not rule.uses_ratio:
+    if not M_FACTORS.get(cfg.m_factor).uses_ratio:
         return factor
-    rows = batch.turn == turn
-    traj = batch.traj_id[rows]
-    factor = factor.clone()
-    factor[traj] = rule.fn(factor[traj], turn_ratio(policy, batch.select(rows), cfg, dp), cfg)
-    return factor
+    rows = batch.select(batch.turn == turn)
+    with torch.no_grad():
+        logp = score_rows(policy.token_logps, rows, dp).to(rows.logp_old.device)
+    return _advanced(factor, rows, logp, cfg)
 
 
 def current_factor(
@@ -455,6 +525,51 @@ def sequential_sweep(
     return order, factor
 
 
+def can_fuse_ratio_passes(batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None) -> bool:
+    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update on ``batch``.
+
+    Only the first optimizer step of a turn runs under the weights the previous turn's update
+    left, so each turn needs one minibatch (:func:`steps_per_turn`; any number of epochs); ``M``
+    must be aligned (a row's weight reads its own trajectory's factor, computed in its own pass)
+    and take each turn's ratio once (no ``m_refresh``); with ``dp``, a trajectory's rows must
+    have one owner.
+    """
+    if cfg.schedule != "sequential" or not M_FACTORS.get(cfg.m_factor).uses_ratio:
+        return False
+    if cfg.m_refresh or cfg.m_alignment != "trajectory" or steps_per_turn(cfg, num_turns(batch))[1] != 1:
+        return False
+    if dp is not None and batch.owner is not None:
+        first = torch.full((batch.num_trajectories,), -1, dtype=batch.owner.dtype, device=batch.owner.device)
+        first[batch.traj_id] = batch.owner
+        return bool((first[batch.traj_id] == batch.owner).all())
+    return True
+
+
+def fused_sequential_sweep(
+    batch: SampleBatch,
+    advantages: Tensor,
+    cfg: AlgorithmConfig,
+    steps: GradientSteps,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], Tensor]:
+    """:func:`sequential_sweep` with each turn's ratio pass fused into the next turn's first optimizer step.
+
+    The ratio of turn ``t`` is read under the weights that turn ``t``'s update left, which are
+    the weights the next turn's first optimizer step starts from: that step forwards both turns'
+    rows together (:meth:`GradientSteps.fused`) and advances ``F`` from turn ``t``'s rows before
+    forming its own weights ``M = A * F[traj]``. A packed language-model layout then reads the
+    earlier of a trajectory's two turns from the later turn's row: one forward pass with gradient
+    where the reference makes a no-gradient pass and a gradient pass. The same update as
+    :func:`sequential_sweep` (tested), under :func:`can_fuse_ratio_passes`.
+    """
+    order = turn_order(cfg, num_turns(batch), generator)
+    factor = torch.ones(batch.num_trajectories, dtype=advantages.dtype, device=advantages.device)
+    for i, t in enumerate(order):
+        finished = batch.turn == order[i - 1] if i > 0 else None
+        factor = steps.fused(batch.turn == t, advantages, factor, finished)  # F <- m_factor(F, ratio_prev); M_t = A * F
+    return order, factor
+
+
 def final_factor(
     policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, stats: UpdateStats, dp: DataParallel | None = None
 ) -> Tensor | None:
@@ -481,7 +596,9 @@ def policy_update(
 
     Simultaneous: ``epochs x minibatches`` optimizer steps on all turns at once (PPO, GRPO,
     GSPO, RLOO). Sequential: :func:`sequential_sweep`, each turn getting ``epochs x
-    minibatches`` steps on its own rows (:func:`steps_per_turn`). ``settings``: the inputs and
+    minibatches`` steps on its own rows (:func:`steps_per_turn`); where it can
+    (:func:`can_fuse_ratio_passes`, ``settings.fuse_ratio_passes``), the same sweep with the ratio
+    passes fused into the next turn's first step (:func:`fused_sequential_sweep`). ``settings``: the inputs and
     execution settings that are not the algorithm (:class:`UpdateSettings`; ``None``: defaults).
     With ``settings.dp`` the result is the single-process update.
     """
@@ -492,7 +609,10 @@ def policy_update(
         steps(torch.ones_like(batch.valid), advantages)
         return stats
     steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
-    stats.turn_order, stats.factor = sequential_sweep(
-        policy, batch, advantages, cfg, steps, settings.generator, settings.dp
-    )
+    if settings.fuse_ratio_passes and can_fuse_ratio_passes(batch, cfg, settings.dp):
+        stats.turn_order, stats.factor = fused_sequential_sweep(batch, advantages, cfg, steps, settings.generator)
+    else:
+        stats.turn_order, stats.factor = sequential_sweep(
+            policy, batch, advantages, cfg, steps, settings.generator, settings.dp
+        )
     return stats

@@ -16,6 +16,7 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.config import AlgorithmConfig, preset
 from seeupo.core.update import (
+    can_fuse_ratio_passes,
     UpdateSettings,
     UpdateStats,
     advance_factor,
@@ -127,11 +128,12 @@ SEEUPO = preset("seeupo", group_size=G)
 # ---------------------------------------------------------------------------------------------
 
 
-def _run(batch, logits, cfg, seed=123, lr=2.0):
+def _run(batch, logits, cfg, seed=123, lr=2.0, fuse=False):
     policy = TinyPolicy(logits)
     opt = CountingSGD(policy.parameters(), lr=lr)
     adv = compute_advantages(batch, cfg)
-    stats = policy_update(policy, opt, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(seed)))
+    stats = policy_update(policy, opt, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(seed),
+                                                                        fuse_ratio_passes=fuse))
     return policy, stats
 
 
@@ -201,11 +203,11 @@ def test_m_final_is_product_of_turn_ratios_after_policy_update(order):
 
 @pytest.mark.parametrize("order", ["reverse", "random"])
 def test_the_last_turns_factor_is_computed_only_on_request(order):
-    # the factor after the last turn of the sweep is read by no update: the update makes one
-    # no-grad ratio pass per other turn, and final_factor (for logs) one more, moving no parameter
+    # the factor after the last turn of the sweep is read by no update: the reference sweep makes
+    # one no-grad ratio pass per other turn, and final_factor (for logs) one more, moving no parameter
     batch, logits = make_rollout(seed=2)
     cfg = SEEUPO.replace(order=order, epochs=2)
-    policy, stats = _run(batch, logits, cfg)
+    policy, stats = _run(batch, logits, cfg, fuse=False)
     ratio_passes = [call for call in policy.calls if not any(call is g for g in policy.grad_calls)]
     assert sorted(int(c.turn[0]) for c in ratio_passes) == sorted(stats.turn_order[:-1])
     after_update = policy.logits.detach().clone()
@@ -354,7 +356,7 @@ def test_turn_order_custom_of_the_wrong_length_raises(bad):
 @pytest.mark.parametrize("order,custom,expected", [("reverse", None, [2, 1, 0]), ("forward", None, [0, 1, 2]), ("custom", (2, 0, 1), [2, 0, 1])])
 def test_policy_update_visits_turns_in_order(order, custom, expected):
     batch, logits = make_rollout(seed=5)
-    policy, stats = _run(batch, logits, SEEUPO.replace(order=order, custom_order=custom))
+    policy, stats = _run(batch, logits, SEEUPO.replace(order=order, custom_order=custom), fuse=False)
     assert stats.turn_order == expected
     visited = []
     for call in policy.calls:
@@ -916,3 +918,47 @@ def test_policy_update_is_bit_for_bit_the_naive_loop(name, shared):
     else:
         assert torch.equal(final_factor(policy, batch, cfg, stats), expected)
         assert cfg.m_factor == "none" or not torch.equal(expected, torch.ones_like(expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# the ratio passes of M fused into the next turn's first optimizer step: the same update
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes,settings", [
+    ({}, {}),
+    ({"order": "forward", "epochs": 2}, {}),
+    ({"order": "random", "kl_coef": 0.1, "m_length_norm": True}, {"micro_batch_rows": 2}),
+    ({"aggregation": "seq_mean_token_mean", "clip_eps_low": 0.05, "clip_eps_high": 0.05}, {"micro_batch_rows": 1}),
+])
+def test_fused_ratio_passes_make_the_reference_update(changes, settings):
+    batch, logits = make_rollout(seed=7)
+    cfg = SEEUPO.replace(**changes)
+    logp_ref = (batch.logp_old - 0.3) * batch.token_mask if cfg.kl_coef > 0 else None
+    out = {}
+    for fuse in (False, True):
+        policy = TinyPolicy(logits)
+        opt = CountingSGD(policy.parameters(), lr=2.0)
+        stats = policy_update(policy, opt, batch, compute_advantages(batch, cfg), cfg, UpdateSettings(
+            generator=torch.Generator().manual_seed(3), fuse_ratio_passes=fuse, logp_ref=logp_ref, **settings))
+        out[fuse] = (policy, stats, opt.n_steps)
+    (ref, ref_stats, ref_steps), (fused, fused_stats, fused_steps) = out[False], out[True]
+    assert can_fuse_ratio_passes(batch, cfg)
+    # the fused sweep makes no no-gradient pass: each turn's ratio comes from the next turn's first step
+    assert len(fused.calls) == len(fused.grad_calls) and len(ref.calls) > len(ref.grad_calls)
+    assert fused_steps == ref_steps == fused_stats.steps
+    assert fused_stats.turn_order == ref_stats.turn_order
+    torch.testing.assert_close(fused.logits, ref.logits, rtol=0, atol=1e-12)
+    assert float((ref.logits.detach() - logits).abs().max()) > 1e-2  # the update moved the policy
+    torch.testing.assert_close(fused_stats.factor, ref_stats.factor, rtol=0, atol=1e-12)
+    assert not torch.allclose(ref_stats.factor, torch.ones_like(ref_stats.factor))
+    for key in ("objective", "kl", "grad_norm", "clip_frac"):
+        assert getattr(fused_stats, key) == pytest.approx(getattr(ref_stats, key), rel=1e-12, abs=1e-12), key
+
+
+@pytest.mark.parametrize("changes", [{"minibatches": 2}, {"m_refresh": True}, {"m_alignment": "shuffled"},
+                                     {"m_factor": "none"}, {"schedule": "simultaneous"}])
+def test_no_fusion_where_the_schedule_does_not_allow_it(changes):
+    batch, _ = make_rollout(seed=7)
+    assert can_fuse_ratio_passes(batch, SEEUPO)
+    assert not can_fuse_ratio_passes(batch, SEEUPO.replace(**changes))

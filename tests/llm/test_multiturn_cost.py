@@ -57,15 +57,18 @@ def test_per_row_counts_equal_the_arithmetic_sum_for_each_pass_type(bench, tiny3
     turn0 = 4 * 10
     expected = {
         "grpo": {"logp_old": total, "reference": total, "update": total},
-        # the reverse sweep ends with turn 0, whose ratio pass is not made
-        "seeupo": {"logp_old": total, "reference": total, "update": total, "m_ratio": total - turn0},
+        # the reverse sweep ends with turn 0, whose ratio pass is not made; fused, each turn's ratio
+        # pass is part of the next turn's first optimizer step
+        "seeupo": {"logp_old": total, "reference": total, "update": total + total - turn0},
+        "seeupo-unfused": {"logp_old": total, "reference": total, "update": total, "m_ratio": total - turn0},
         "ppo": {"logp_old": total, "reference": total, "critic_values": total, "update": total, "critic_update": total},
     }
     for name, want in expected.items():
-        cfg = preset(name, group_size=2, kl_coef=0.002, epochs=1, minibatches=1)
-        got = bench.measure_step(model, batch, cfg, "per_row", timed=False)
+        cfg = preset(name.removesuffix("-unfused"), group_size=2, kl_coef=0.002, epochs=1, minibatches=1)
+        fuse = not name.endswith("-unfused")
+        got = bench.measure_step(model, batch, cfg, "per_row", timed=False, fuse=fuse)
         assert got["tokens"] == want, name
-        assert bench.per_row_expectation(bench.row_lengths(taken, 3, 7, 3, 2), cfg) == want | {
+        assert bench.per_row_expectation(bench.row_lengths(taken, 3, 7, 3, 2), cfg, fuse) == want | {
             k: 0 for k in bench.PASS_TYPES if k not in want}
         assert all(got["padded"][k] >= got["tokens"][k] for k in want)
     # two epochs forward every row twice in the update

@@ -437,3 +437,32 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     handle.remove()
     assert len(counts) == 2 and sum(counts) < int(last.sum())
     assert (shared - want).abs().max() <= TOL64
+
+
+@pytest.mark.parametrize("layout", ("per_row",) + LAYOUTS)
+def test_fused_ratio_passes_make_the_same_language_model_update(exact64, layout):
+    # SeeUPO's reverse sweep: turn t's ratio is read in turn t-1's first optimizer step, whose rows are
+    # prefixes of turn t's: packed layouts forward turn t's rows once for both, with gradient
+    model, _ = exact64
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    cfg = preset("seeupo", group_size=2, kl_coef=0.05)
+    advantages = compute_advantages(batch, cfg)
+    logp_ref = ReferencePolicy(model, scoring=layout).logp_ref(batch)
+    after, tokens = {}, {}
+    for fuse in (False, True):
+        trained = copy.deepcopy(model)
+        policy = CausalLMPolicy(trained, scoring=layout)
+        counts, handle = _count_tokens(trained)
+        stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.5), batch, advantages, cfg,
+                              UpdateSettings(logp_ref=logp_ref, fuse_ratio_passes=fuse))
+        handle.remove()
+        after[fuse], tokens[fuse] = ([p.detach().clone() for p in trained.parameters()], stats), sum(counts)
+    (p_ref, s_ref), (p_fused, s_fused) = after[False], after[True]
+    assert _max_diff(p_ref, [p.detach() for p in model.parameters()]) > 1e-5  # the update moved the weights
+    assert _max_diff(p_fused, p_ref) <= TOL64
+    assert max(abs(a - b) for a, b in zip(s_ref.objective, s_fused.objective)) <= TOL64
+    assert (s_fused.factor - s_ref.factor).abs().max() <= TOL64
+    if layout == "per_row":  # every row forwarded by itself: the same rows, in fewer calls
+        assert tokens[True] == tokens[False]
+    else:  # the finished turn's rows carry the next turn's: fewer tokens
+        assert tokens[True] < tokens[False]
