@@ -343,7 +343,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
 
 def _setup(args: argparse.Namespace):
     """The model (0 layers with ``--count-only``), the batch and the per-row row lengths."""
-    from seeupo.llm.trainer import load_model
+    from seeupo.llm.build import load_model
 
     model, tokenizer = load_model(args.model, "float32", 0)
     vocab = min(model.config.vocab_size, len(tokenizer))

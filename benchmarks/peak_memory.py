@@ -37,7 +37,7 @@ def child(args: argparse.Namespace) -> None:
     from seeupo.core.config import preset
     from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
     from seeupo.llm.policy import CausalLMPolicy
-    from seeupo.llm.trainer import load_model
+    from seeupo.llm.build import load_model
 
     torch.set_num_threads(1)
     model, tokenizer = load_model(args.model, "float32", 0)

@@ -83,7 +83,7 @@ def configs(epochs: int, minibatches: int, group: int):
 def main(argv: list[str] | None = None) -> dict:
     from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
     from seeupo.llm.policy import CausalLMPolicy
-    from seeupo.llm.trainer import load_model
+    from seeupo.llm.build import load_model
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-qwen3")

@@ -32,7 +32,13 @@ Tensor = torch.Tensor
 
 
 class Policy(Protocol):
-    """What the update needs from a policy: differentiable per-token log-probabilities."""
+    """What the update needs from a policy: differentiable per-token log-probabilities.
+
+    Optionally ``turns_share_parameters = True``: every parameter serves every turn (a language
+    model), which :func:`fused_sequential_sweep` needs. With per-turn parameters (the tabular
+    policies' tables) a fused step would give the finished turn's parameters a zero gradient
+    instead of none, and an optimizer with momentum (Adam) still moves those; absent means ``False``.
+    """
 
     def token_logps(self, batch: SampleBatch) -> Tensor:
         """``[n, L]`` log-probabilities of ``batch``'s tokens under the current parameters."""
@@ -172,11 +178,8 @@ class UpdateSettings:
         :func:`policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
       fuse_ratio_passes: a sequential update takes each turn's ratio in the next turn's first
         optimizer step where the schedule allows (:func:`fused_sequential_sweep`); ``False``:
-        a separate no-gradient pass (:func:`sequential_sweep`, the reference). The same update
-        when every parameter that the finished turn's rows use is also used by the trained
-        turn's, as in a language model (every turn uses every weight). Not with per-turn
-        parameters (the tabular policies' tables): the finished turn's tables would get a zero
-        gradient instead of none, which an optimizer with momentum (Adam) still moves.
+        a separate no-gradient pass (:func:`sequential_sweep`, the reference). The same update;
+        only for a policy whose turns share its parameters (:class:`Policy`).
     """
 
     logp_ref: Tensor | None = None
@@ -186,7 +189,7 @@ class UpdateSettings:
     row_tokens: Tensor | None = None
     max_grad_norm: float | None = None
     dp: DataParallel | None = None
-    fuse_ratio_passes: bool = False
+    fuse_ratio_passes: bool = True
 
     def select(self, rows: Tensor) -> "UpdateSettings":
         """The settings of ``batch.select(rows)``: the per-row tensors restricted to ``rows``."""
@@ -525,15 +528,19 @@ def sequential_sweep(
     return order, factor
 
 
-def can_fuse_ratio_passes(batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None) -> bool:
-    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update on ``batch``.
+def can_fuse_ratio_passes(
+    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None
+) -> bool:
+    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update of ``policy`` on ``batch``.
 
-    Only the first optimizer step of a turn runs under the weights the previous turn's update
-    left, so each turn needs one minibatch (:func:`steps_per_turn`; any number of epochs); ``M``
-    must be aligned (a row's weight reads its own trajectory's factor, computed in its own pass)
-    and take each turn's ratio once (no ``m_refresh``); with ``dp``, a trajectory's rows must
-    have one owner.
+    The policy's turns must share its parameters (:class:`Policy`). Only the first optimizer
+    step of a turn runs under the weights the previous turn's update left, so each turn needs
+    one minibatch (:func:`steps_per_turn`; any number of epochs); ``M`` must be aligned (a row's
+    weight reads its own trajectory's factor, computed in its own pass) and take each turn's
+    ratio once (no ``m_refresh``); with ``dp``, a trajectory's rows must have one owner.
     """
+    if not getattr(policy, "turns_share_parameters", False):
+        return False
     if cfg.schedule != "sequential" or not M_FACTORS.get(cfg.m_factor).uses_ratio:
         return False
     if cfg.m_refresh or cfg.m_alignment != "trajectory" or steps_per_turn(cfg, num_turns(batch))[1] != 1:
@@ -609,7 +616,7 @@ def policy_update(
         steps(torch.ones_like(batch.valid), advantages)
         return stats
     steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
-    if settings.fuse_ratio_passes and can_fuse_ratio_passes(batch, cfg, settings.dp):
+    if settings.fuse_ratio_passes and can_fuse_ratio_passes(policy, batch, cfg, settings.dp):
         stats.turn_order, stats.factor = fused_sequential_sweep(batch, advantages, cfg, steps, settings.generator)
     else:
         stats.turn_order, stats.factor = sequential_sweep(

@@ -173,7 +173,7 @@ def _fresh_model(name: str):
     """A fresh copy of the model (loading SmolLM2 takes seconds: load once, copy the weights)."""
     import copy
 
-    from seeupo.llm.trainer import load_model
+    from seeupo.llm.build import load_model
 
     if name not in _MODEL_CACHE:
         _MODEL_CACHE[name] = load_model(name, "float32", 0)
@@ -181,47 +181,50 @@ def _fresh_model(name: str):
     return copy.deepcopy(model), tokenizer
 
 
-_WARM_CACHE: dict[tuple[str, int, int, float, float], tuple[dict[str, Any], float]] = {}
+_WARM_CACHE: dict[tuple[str, int, int, float, float], tuple[dict[str, Any], dict[str, float]]] = {}
 
 
 def _warmed_model(spec: RunSpec, sweep: Sweep):
-    """The fresh model after the bridge's format warm-up of seed ``spec.seed``, and the warm-up's log-likelihood.
+    """The fresh model after the bridge's format warm-up of seed ``spec.seed``, and the warm-up's metrics.
 
-    The warm-up is deterministic given (model, seed, steps, lr), so it runs once per seed and the
-    presets start from the same weights (exactly what each run's own warm-up would give).
+    The warm-up (the bridge's :class:`~seeupo.llm.envs.WarmUp`, run by
+    :func:`seeupo.llm.trainer.warm_up`) is deterministic given (model, seed, steps, lr,
+    temperature), so it runs once per seed and the presets start from the same weights (exactly
+    what each run's own warm-up would give). The metrics are ``{"bridge/warmup_loglik": ...}``,
+    empty without a warm-up.
     """
     import copy
 
-    from seeupo.llm.envs.bridge import BridgeOptions, Spelling, bridge_problem, format_warmup
+    from seeupo.llm.envs import make_environment
     from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.trainer import warm_up
 
     m = spec.model
     model, tokenizer = _fresh_model(m.name)
     if m.warmup_steps == 0:
-        return model, tokenizer, None
+        return model, tokenizer, {}
     key = (m.name, spec.seed, m.warmup_steps, m.warmup_lr, sweep.temperature)
     if key not in _WARM_CACHE:
-        problem = bridge_problem(BridgeOptions(**sweep.bridge))
-        spelling = Spelling.for_problem(problem, tokenizer, BridgeOptions().alphabet)
-        policy = CausalLMPolicy(model, temperature=sweep.temperature)
-        loglik = format_warmup(policy, tokenizer, problem, spelling, m.warmup_steps, m.warmup_lr, spec.seed)
+        options = dict(sweep.bridge, warmup_steps=m.warmup_steps, warmup_lr=m.warmup_lr)
+        env = make_environment("bridge", options, tokenizer, spec.seed)
+        logs = warm_up(CausalLMPolicy(model, temperature=sweep.temperature), env.warm_up, tokenizer)
         model.zero_grad(set_to_none=True)
-        _WARM_CACHE[key] = (copy.deepcopy(model.state_dict()), loglik)
-    state, loglik = _WARM_CACHE[key]
+        _WARM_CACHE[key] = (copy.deepcopy(model.state_dict()), logs)
+    state, logs = _WARM_CACHE[key]
     model.load_state_dict(state)
-    return model, tokenizer, loglik
+    return model, tokenizer, logs
 
 
 def _trainer(spec: RunSpec, sweep: Sweep, out: Path):
-    """The trainer of one run, started from the seed's warmed model; and the warm-up's log-likelihood."""
+    """The trainer of one run, started from the seed's warmed model; and the warm-up's metrics."""
     import torch
 
     from seeupo.llm.trainer import Trainer
 
     torch.manual_seed(spec.seed)
-    model, tokenizer, warmup_loglik = _warmed_model(spec, sweep)
+    model, tokenizer, warmup_logs = _warmed_model(spec, sweep)
     cfg = train_config(spec, sweep, out, warmup_done=True)
-    return Trainer(cfg, model=model, tokenizer=tokenizer), warmup_loglik
+    return Trainer(cfg, model=model, tokenizer=tokenizer), warmup_logs
 
 
 def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
@@ -232,7 +235,7 @@ def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
     if is_complete(folder, spec.model.steps):
         log(f"skip {folder} (complete)")
         return folder
-    trainer, warmup_loglik = _trainer(spec, sweep, out)
+    trainer, warmup_logs = _trainer(spec, sweep, out)
     cfg = trainer.cfg
     folder.mkdir(parents=True, exist_ok=True)
     # the config as run; the format warm-up (env.options.warmup_*) ran before, once per seed
@@ -240,8 +243,7 @@ def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
     record["env"]["options"] |= {"warmup_steps": spec.model.warmup_steps, "warmup_lr": spec.model.warmup_lr}
     (folder / "config.json").write_text(json.dumps(record, indent=1) + "\n")
     with MetricsLogger(folder) as logger:
-        initial = {"bridge/warmup_loglik": warmup_loglik} if warmup_loglik is not None else {}
-        logger.log(0, initial | trainer.env.metrics(trainer.policy))
+        logger.log(0, warmup_logs | trainer.env.metrics(trainer.policy))
         for _ in range(cfg.steps):
             metrics = trainer.step()
             logger.log(trainer.step_count, metrics)

@@ -6,6 +6,9 @@
   the frozen reference model; the critic and its clipped value loss.
 * :mod:`seeupo.llm.rollout`: rollout engines (token ids in, token ids and log-probabilities out).
 * :mod:`seeupo.llm.agent`: environments and the multi-turn agent loop that builds the batch.
+* :mod:`seeupo.llm.build`: loading the model and building a run's policy, reference, critic and
+  rollout engine (FSDP2 shards); :mod:`seeupo.llm.trainer`: the environment's warm-up and the
+  training loop; :mod:`seeupo.llm.metrics`: what a step logs, under verl's names.
 * :mod:`seeupo.llm.table_model`: ``TableLM``, a "model" whose logits are a tabular policy's table, and
   its rollout engine: the whole LLM path checked exactly against the tabular engine.
 

@@ -130,6 +130,10 @@ class OptimConfig:
       once per pass (verl's PrefixGrouper idea, through a key/value cache kept in the autograd
       graph; models it cannot run on fall back to ``"packed"`` with a warning); ``"per_row"``
       forwards every row by itself (the reference layout).
+    fuse_ratio_passes: a sequential update (SeeUPO) reads each turn's ratio for ``M`` in the next
+      turn's first optimizer step instead of a separate no-gradient pass, where the schedule
+      allows (one minibatch per turn: :func:`seeupo.core.update.fused_sequential_sweep`); the
+      same update (a language model's weights serve every turn); ``false``: the reference sweep.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -144,6 +148,7 @@ class OptimConfig:
     micro_batch_rows: int | None = None
     micro_batch_tokens: int | None = None
     scoring: Scoring = "prefix_shared"
+    fuse_ratio_passes: bool = True
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 
@@ -293,7 +298,7 @@ RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
     "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
-    "optim.micro_batch_tokens", "optim.scoring", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
+    "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
 # env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):

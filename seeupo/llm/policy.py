@@ -279,6 +279,9 @@ class CausalLMPolicy(torch.nn.Module):
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
         self.collective = collective
         self.scoring = scoring
+        # every weight of a language model serves every turn (seeupo.core.update.Policy); a model
+        # with per-turn parameters (TableLM) says otherwise
+        self.turns_share_parameters = bool(getattr(model, "turns_share_parameters", True))
         # transformers' causal LMs can compute logits for the last k positions only
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 

@@ -141,6 +141,10 @@ class TableLM(torch.nn.Module):
     first ``j`` tokens (base ``V_t``, as :func:`seeupo.tabular.policies.token_digits`).
     """
 
+    # one table per (turn, token position), as TabularPolicy: a turn's rows use its own tables only
+    # (seeupo.core.update.Policy: no fused ratio passes)
+    turns_share_parameters = False
+
     def __init__(self, problem: Any, tokenizer: Any, spelling: Any, tables: list[Tensor], *,
                  temperature: float = 1.0) -> None:
         super().__init__()

@@ -11,6 +11,11 @@ Each step, top to bottom (:meth:`Trainer.step`):
 4. the critic's clipped value loss (``ppo``), the learning-rate schedule, the weight sync to the
    engine, metrics (verl's names) and, every ``checkpoint.every`` steps, a checkpoint.
 
+Before the first step the environment's supervised warm-up, when it has one (:func:`warm_up`; the
+bridge's format warm-up), trains the whole model; then :func:`seeupo.llm.build.build_models` makes
+the policy, reference, critic and rollout engine (shards under FSDP), and the metrics of
+:mod:`seeupo.llm.metrics` name what each step did.
+
 Every random draw of step ``k`` (tasks, sampling, observations, minibatch order) is seeded by
 ``(seed, k)``, so a run resumed from the checkpoint of step ``k`` makes exactly the steps an
 uninterrupted run makes. A step whose loss or gradient is not finite is skipped by the core;
@@ -19,7 +24,6 @@ after ``optim.max_non_finite`` such steps in a row the run writes a checkpoint a
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from pathlib import Path
@@ -27,50 +31,52 @@ from typing import Any, Iterator
 
 import torch
 
-from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
+from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel, owned, score_rows
-from seeupo.core.registry import adv_estimator
-from seeupo.core.update import (
-    UpdateSettings, UpdateStats, compute_advantages, current_factor, final_factor, policy_update,
-)
+from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
+from seeupo.llm.build import build_models, load_model
 from seeupo.llm.checkpoint import (
     latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, saved_run_config, set_rng_state,
 )
-from seeupo.llm.distributed import (
-    Distributed, barrier, broadcast_from_main, enable_activation_checkpointing, full_state_dict, gather_batch, rollout_replica, shard_model,
-)
 from seeupo.llm.config import TrainConfig, resume_changes
-from seeupo.llm.envs import EnvSpec, make_environment
-from seeupo.llm.metrics import MetricsLogger
-from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, clipped_value_loss
-from seeupo.llm.rollout import HFGenerateEngine, RolloutEngine, SamplingParams
+from seeupo.llm.distributed import Distributed, full_state_dict, gather_batch
+from seeupo.llm.envs import EnvSpec, WarmUp, make_environment
+from seeupo.llm.layout import scoring_batch
+from seeupo.llm.metrics import (
+    MetricsLogger, NullLogger, critic_metrics, m_metrics, progress_bar, timing_metrics, update_metrics,
+)
+from seeupo.llm.policy import CausalLMPolicy, clipped_value_loss
+from seeupo.llm.rollout import RolloutEngine, SamplingParams
 from seeupo.validation import InputError
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
 class TrainingDiverged(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient."""
 
 
-def load_model(name: str, dtype: str, seed: int) -> tuple[torch.nn.Module, Any]:
-    """``(model, tokenizer)`` for ``model.name`` of a config (see :class:`seeupo.llm.config.ModelConfig`)."""
-    torch_dtype = DTYPES[dtype]
-    if name == "tiny-qwen3":
-        from seeupo.llm.models import tiny_qwen3
+def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, float]:
+    """Run an environment's supervised warm-up ``spec`` on ``policy``'s model, before training.
 
-        return tiny_qwen3(seed=seed, dtype=torch_dtype)
-    if name == "smollm2-135m":
-        from seeupo.llm.models import load_smollm2
-
-        return load_smollm2(dtype=torch_dtype)
-    if not Path(name).is_dir():
-        raise InputError("config.model.name", f"{name!r} is not 'tiny-qwen3', 'smollm2-135m' or a local model folder")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
-    return model.eval(), AutoTokenizer.from_pretrained(name, local_files_only=True)
+    The first step of a run that has one (e.g. the bridge's format warm-up, on the whole model,
+    before any copy or shard of it): ``spec.steps`` Adam steps at ``spec.lr``, each on one batch
+    of ``spec.examples`` drawn with a generator seeded by ``spec.seed``, minimising the batch's
+    mean negative log-likelihood of the responses (summed over each response's tokens) given their
+    contexts. Deterministic given the model, the spec and the policy's temperature. Returns
+    ``{spec.metric: mean log-likelihood}`` of the last batch, measured before its step.
+    """
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=spec.lr)
+    loglik = math.nan
+    for _ in range(spec.steps):
+        contexts, responses = spec.examples(generator)
+        batch = scoring_batch(contexts, responses, tokenizer.pad_token_id or 0)
+        loss = -policy.token_logps(batch).sum(1).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loglik = -float(loss.detach())
+    return {spec.metric: loglik}
 
 
 def _no_prompt_fits(limit: int, shortest: int | None) -> InputError:
@@ -92,15 +98,20 @@ class Trainer:
     one of several data-parallel ones (:mod:`seeupo.llm.distributed`): it rolls out its share of
     the tasks and holds a shard of each model, and every process makes the update that one
     process would make on the whole batch. ``check_prompts`` refuses a ``rollout.max_context``
-    that none of the first tasks' prompts fits before the environment's set-up step (training;
-    an evaluation scores such episodes as failed instead).
+    that none of the first tasks' prompts fits before the set-up steps (training; an evaluation
+    scores such episodes as failed instead).
+
+    Construction, top to bottom: load the model, build the environment, the set-up steps (with
+    ``prepare``: the environment's supervised :func:`warm_up` and its ``prepare``; their metrics
+    are logged at step 0), the models of the run (:func:`seeupo.llm.build.build_models`), the
+    optimizers. ``seeupo eval`` of a checkpoint passes ``prepare=False``: its weights replace the
+    warmed-up ones.
     """
 
     def __init__(self, cfg: TrainConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None,
                  check_prompts: bool = False) -> None:
         self.cfg = cfg
-        algo, par = cfg.algorithm, cfg.parallel
         self.dist = dist
         self.dp: DataParallel | None = dist.dp if dist is not None else None
         if dist is not None and cfg.rollout.tasks_per_step % dist.dp.world_size:
@@ -112,44 +123,21 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.model.eval()  # no dropout: the policy that samples is the policy that is scored
         self.env: EnvSpec = make_environment(cfg.env.name, cfg.env.options, tokenizer, cfg.seed)
-        self.prepared: dict[str, float] = {}
+        self.out_dir = Path(cfg.out_dir)
+
+        # set-up steps, on the whole model before any copy or sharding; logged at step 0
+        self.setup_metrics: dict[str, float] = {}
         if check_prompts:
             self._check_prompts_fit()
-        if prepare and self.env.prepare is not None:  # on the whole model, before any copy or sharding
-            self.prepared = self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
-        if dist is not None:
-            broadcast_from_main(model)
-        reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
-        scoring = cfg.optim.scoring
-        self.critic = None
-        if adv_estimator(algo.advantage).needs_critic:
-            self.critic = ValueModel.from_causal_lm(model, collective=self.dp, scoring=scoring)
-        self.out_dir = Path(cfg.out_dir)
-        self.rollout_model = model
-        if engine is None and cfg.rollout.engine == "vllm":
-            engine = self._vllm_engine(model, tokenizer)
-        elif engine is None and dist is not None:
-            # generation makes a different number of forward passes on each process, which a
-            # sharded model cannot: each process samples from a full replica, synced every step
-            self.rollout_model = rollout_replica(model, dist.device, torch.bfloat16 if par.mixed_precision == "bf16" else None)
-        if dist is not None:
-            shard = dict(mixed_precision=par.mixed_precision, cpu_offload=par.cpu_offload)
-            if par.activation_checkpointing:
-                enable_activation_checkpointing(model)
-            shard_model(model, dist, **shard)
-            if reference_model is not None:
-                shard_model(reference_model, dist, **shard)
-            if self.critic is not None:
-                if par.activation_checkpointing:
-                    enable_activation_checkpointing(self.critic.backbone)
-                shard_model(self.critic, dist, layers_of=self.critic.backbone, **shard)
-        self.policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, collective=self.dp, scoring=scoring)
-        self.reference = None
-        if reference_model is not None:
-            self.reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
-                                             collective=self.dp, scoring=scoring)
-        self.engine = engine if engine is not None else HFGenerateEngine(self.rollout_model, tokenizer.pad_token_id)
-        self.step_count = 0
+        if prepare and self.env.warm_up is not None:
+            self.setup_metrics |= warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), self.env.warm_up, tokenizer)
+        if prepare and self.env.prepare is not None:
+            self.setup_metrics |= self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
+
+        built = build_models(cfg, model, tokenizer, engine=engine, dist=dist)
+        self.policy, self.reference, self.critic = built.policy, built.reference, built.critic
+        self.engine, self.rollout_model = built.engine, built.rollout_model
+
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         warmup = max(1, o.warmup_steps)
@@ -157,12 +145,176 @@ class Trainer:
         self.critic_optimizer = None
         if self.critic is not None:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr)
+        self.step_count = 0
         self.non_finite_in_a_row = 0
 
     @property
     def is_main(self) -> bool:
         """Whether this process writes logs, metrics and progress (process 0, or the only one)."""
         return self.dist is None or self.dist.is_main
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(self, *, resume: bool = False, progress: bool | None = None) -> list[dict[str, float]]:
+        """Run to ``cfg.steps``; returns the metrics of the steps run here."""
+        return list(self.run(resume=resume, progress=progress))
+
+    def run(self, *, resume: bool = False, progress: bool | None = None) -> Iterator[dict[str, float]]:
+        """:meth:`train`, yielding each step's metrics as soon as they are logged (process 0 logs).
+
+        With ``resume``, the run continues from the newest checkpoint of ``out_dir`` (a fresh run
+        when there is none); ``cfg`` may differ from the run's saved config only in
+        :data:`~seeupo.llm.config.RESUMABLE_FIELDS` (else :class:`InputError`), ``config.yaml`` is
+        left as the run began, and each resume appends ``{time, resumed_from_step, changes}`` to
+        ``RESUME_LOG``.
+        """
+        cfg = self.cfg
+        saved = saved_run_config(self.out_dir) if resume else None
+        changes = resume_changes(saved, cfg) if saved is not None else {}  # refuses before anything is loaded
+        start = self.resume() if resume else 0
+        progress = (cfg.logging.progress if progress is None else progress) and self.is_main
+        with self._logger(start, changes) as logger:
+            if start == 0:
+                initial = dict(self.setup_metrics)
+                if self.env.metrics is not None:
+                    initial |= self.env.metrics(self.policy)
+                if initial:
+                    logger.log(0, initial)
+            bar = progress_bar(range(start, cfg.steps), progress, initial=start, total=cfg.steps)
+            for _ in bar:
+                metrics = self.step()
+                logger.log(self.step_count, metrics)
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in ("critic/score/mean", "bridge/J") if k in metrics})
+                done = self.step_count == cfg.steps
+                if done or self.step_count % cfg.checkpoint.every == 0 or self.non_finite_in_a_row >= cfg.optim.max_non_finite:
+                    self.save()
+                yield metrics
+                if self.non_finite_in_a_row >= cfg.optim.max_non_finite:
+                    raise TrainingDiverged(
+                        f"{self.non_finite_in_a_row} optimizer steps in a row had a non-finite loss or gradient "
+                        f"(step {self.step_count}); checkpoint saved in {self.out_dir / 'checkpoints'}; "
+                        "lower optim.lr or check the rewards")
+
+    def _logger(self, start: int, changes: dict[str, tuple[Any, Any]]) -> MetricsLogger | NullLogger:
+        """The metrics logger of a run starting at step ``start`` (process 0; the others log nothing).
+
+        A fresh run (``start == 0``) writes ``config.yaml``; a resumed one leaves it as the run
+        began and appends ``changes`` (from :func:`~seeupo.llm.config.resume_changes`) to ``RESUME_LOG``.
+        """
+        if not self.is_main:
+            return NullLogger()
+        cfg = self.cfg
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        resumed = start > 0
+        if resumed:
+            _append_resume_log(self.out_dir, start, changes)
+        else:
+            (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
+        return MetricsLogger(self.out_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+                             resume_step=start if resumed else None, config=cfg.to_dict())
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self) -> dict[str, float]:
+        """One training step; returns its metrics."""
+        t_start = time.perf_counter()
+        local = self.rollout(self.step_count + 1).batch
+        batch = gather_batch(local, self.dp) if self.dp is not None else local
+        if self.cfg.rollout.vllm_sleep:  # the update gets the engine's GPU memory
+            self.engine.sleep()
+        t_gen = time.perf_counter()
+        metrics = self.update(batch)
+        metrics |= timing_metrics(metrics["perf/total_num_tokens"], gen_s=t_gen - t_start, step_s=time.perf_counter() - t_start)
+        return metrics
+
+    def rollout(self, step: int) -> AgentRollout:
+        """This process's episodes of step ``step`` (its share of the tasks, ``group_size`` each)."""
+        cfg = self.cfg
+        stream = 8 * (self.dp.rank if self.dp is not None else 0)  # each process draws its own samples
+        env_generator = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2 + stream))
+        params = SamplingParams(
+            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+            max_new_tokens=self.env.max_new_tokens or cfg.rollout.max_new_tokens,
+            stop_token_ids=(self.tokenizer.eos_token_id,), seed=_step_seed(cfg.seed, step, 3 + stream),
+        )
+        try:
+            return run_episodes(
+                self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.local_tasks(step),
+                cfg.algorithm.group_size, params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
+                dtype=torch.promote_types(next(self.model.parameters()).dtype, torch.float32),
+            )
+        except NoPromptFits:  # a setting the user chose, not a fault of the toolkit: one line, exit 2
+            raise _no_prompt_fits(cfg.rollout.max_context, None) from None
+
+    def update(self, batch: SampleBatch) -> dict[str, float]:
+        """Score, advantages and the update on a rollout ``batch`` (with data parallelism: the
+        global batch of :func:`~seeupo.llm.distributed.gather_batch`); returns the step's metrics."""
+        cfg, algo, dp = self.cfg, self.cfg.algorithm, self.dp
+        step = self.step_count + 1
+        t_start = time.perf_counter()
+        with torch.no_grad():
+            logp = score_rows(self.policy.token_logps, batch, dp)
+            real = batch.token_mask & batch.valid[:, None]
+            logp_diff = (logp - batch.logp_old).abs()[real]
+            batch = batch.with_updates(logp_old=logp)
+            logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
+            values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
+        advantages = compute_advantages(batch, algo, critic_values=values)
+        t_prep = time.perf_counter()
+
+        stats = policy_update(self.policy, self.optimizer, batch, advantages, algo, UpdateSettings(
+            logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
+            micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
+            row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
+            fuse_ratio_passes=cfg.optim.fuse_ratio_passes,
+        ))
+        m_logs = {}
+        if cfg.logging.m_final or cfg.logging.m_drift:
+            m_logs = m_metrics(self.policy, batch, algo, stats, drift=cfg.logging.m_drift, dp=dp)
+        critic_loss = self._update_critic(batch, advantages, values) if self.critic is not None else None
+        lr = self.scheduler.get_last_lr()[0]
+        if stats.skipped_steps < stats.steps:  # the schedule counts the steps actually taken
+            self.scheduler.step()
+        if self.cfg.rollout.vllm_sleep:
+            self.engine.wake_up()
+        self.engine.sync_weights(self._rollout_weights())
+        t_update = time.perf_counter()
+
+        self.non_finite_in_a_row = self.non_finite_in_a_row + 1 if stats.skipped_steps == stats.steps else 0
+        self.step_count = step
+        metrics = update_metrics(batch, stats, logp_diff, lr=lr, prep_s=t_prep - t_start, update_s=t_update - t_prep)
+        metrics |= m_logs
+        if critic_loss is not None:
+            metrics |= critic_metrics(critic_loss, values, batch)
+        if self.env.metrics is not None:
+            metrics |= self.env.metrics(self.policy)
+        return metrics
+
+    def _update_critic(self, batch: SampleBatch, advantages: torch.Tensor, values: torch.Tensor) -> float:
+        """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO).
+
+        With data parallelism each process's loss is its rows' share of the global token mean.
+        """
+        real = batch.token_mask & batch.valid[:, None]
+        returns = (advantages + values).detach()
+        mine = owned(batch, self.dp)
+        loss = clipped_value_loss(self.critic.values(batch.select(mine)), values[mine].detach(), returns[mine], real[mine],
+                                  num_tokens=float(real.sum()))
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.optim.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.optim.max_grad_norm)
+        self.critic_optimizer.step()
+        total = loss.detach().to(torch.float64).cpu().reshape(1)
+        return float(self.dp.sum(total)) if self.dp is not None else float(total)
+
+    def _rollout_weights(self) -> torch.nn.Module:
+        """The module the engine samples from, holding the current weights (the replica, refreshed, under FSDP)."""
+        if self.rollout_model is self.model:
+            return self.model
+        self.rollout_model.load_state_dict(full_state_dict(self.model))
+        return self.rollout_model
 
     # ------------------------------------------------------------------ data
 
@@ -207,173 +359,30 @@ class Trainer:
         if lengths and min(lengths) >= limit:
             raise _no_prompt_fits(limit, min(lengths))
 
-    # ------------------------------------------------------------------ one step
-
-    def rollout(self, step: int) -> AgentRollout:
-        """This process's episodes of step ``step`` (its share of the tasks, ``group_size`` each)."""
-        cfg = self.cfg
-        stream = 8 * (self.dp.rank if self.dp is not None else 0)  # each process draws its own samples
-        env_generator = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2 + stream))
-        params = SamplingParams(
-            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-            max_new_tokens=self.env.max_new_tokens or cfg.rollout.max_new_tokens,
-            stop_token_ids=(self.tokenizer.eos_token_id,), seed=_step_seed(cfg.seed, step, 3 + stream),
-        )
-        try:
-            return run_episodes(
-                self.engine, self.tokenizer, lambda: self.env.make(env_generator), self.local_tasks(step),
-                cfg.algorithm.group_size, params, AgentLimits(max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context),
-                dtype=torch.promote_types(next(self.model.parameters()).dtype, torch.float32),
-            )
-        except NoPromptFits:  # a setting the user chose, not a fault of the toolkit: one line, exit 2
-            raise _no_prompt_fits(cfg.rollout.max_context, None) from None
-
-    def step(self) -> dict[str, float]:
-        """One training step; returns its metrics."""
-        t_start = time.perf_counter()
-        local = self.rollout(self.step_count + 1).batch
-        batch = gather_batch(local, self.dp) if self.dp is not None else local
-        if self.cfg.rollout.vllm_sleep:  # the update gets the engine's GPU memory
-            self.engine.sleep()
-        t_gen = time.perf_counter()
-        metrics = self.update(batch)
-        metrics["timing_s/gen"] = t_gen - t_start
-        metrics["timing_s/step"] = time.perf_counter() - t_start
-        metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / max(metrics["timing_s/step"], 1e-9)
-        return metrics
-
-    def update(self, batch: SampleBatch) -> dict[str, float]:
-        """Score, advantages and the update on a rollout ``batch`` (with data parallelism: the
-        global batch of :func:`~seeupo.llm.distributed.gather_batch`); returns the step's metrics."""
-        cfg, algo, dp = self.cfg, self.cfg.algorithm, self.dp
-        step = self.step_count + 1
-        t_start = time.perf_counter()
-        with torch.no_grad():
-            logp = score_rows(self.policy.token_logps, batch, dp)
-            real = batch.token_mask & batch.valid[:, None]
-            logp_diff = (logp - batch.logp_old).abs()[real]
-            batch = batch.with_updates(logp_old=logp)
-            logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
-            values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
-        advantages = compute_advantages(batch, algo, critic_values=values)
-        t_prep = time.perf_counter()
-
-        stats = policy_update(self.policy, self.optimizer, batch, advantages, algo, UpdateSettings(
-            logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
-            micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
-            row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
-        ))
-        m_logs = self._m_metrics(batch, stats) if cfg.logging.m_final or cfg.logging.m_drift else {}
-        critic_loss = self._update_critic(batch, advantages, values) if self.critic is not None else None
-        lr = self.scheduler.get_last_lr()[0]
-        if stats.skipped_steps < stats.steps:  # the schedule counts the steps actually taken
-            self.scheduler.step()
-        if self.cfg.rollout.vllm_sleep:
-            self.engine.wake_up()
-        self.engine.sync_weights(self._rollout_weights())
-        t_update = time.perf_counter()
-
-        self.non_finite_in_a_row = self.non_finite_in_a_row + 1 if stats.skipped_steps == stats.steps else 0
-        self.step_count = step
-        returns = per_trajectory(batch.traj_return, batch)
-        turns = segment_sum(batch.valid.to(torch.float64), batch.traj_id, batch.num_trajectories)
-        response_tokens = real.sum(1)[batch.valid].to(torch.float64)
-        metrics: dict[str, float] = {
-            "actor/pg_loss": -_mean(stats.objective),
-            "actor/pg_clipfrac": _mean(stats.clip_frac),
-            "actor/kl_loss": _mean(stats.kl),
-            "actor/grad_norm": _mean(stats.grad_norm),
-            "actor/lr": lr,
-            "actor/optimizer_steps": float(stats.steps),
-            "actor/skipped_steps": float(stats.skipped_steps),
-            "critic/score/mean": float(returns.mean()),
-            "critic/score/max": float(returns.max()),
-            "critic/score/min": float(returns.min()),
-            "response_length/mean": float(response_tokens.mean()) if response_tokens.numel() else 0.0,
-            "episode/turns_mean": float(turns.mean()),
-            "rollout/logp_diff_max": float(logp_diff.max()) if logp_diff.numel() else 0.0,
-            "timing_s/prep": t_prep - t_start,
-            "timing_s/update_actor": t_update - t_prep,
-            "perf/total_num_tokens": float(real.sum()),
-        }
-        metrics |= m_logs
-        if critic_loss is not None:
-            metrics["critic/vf_loss"] = critic_loss
-            metrics["critic/values/mean"] = float(values[real].mean())
-        if self.env.metrics is not None:
-            metrics |= self.env.metrics(self.policy)
-        return metrics
-
-    def _m_metrics(self, batch: SampleBatch, stats: UpdateStats) -> dict[str, float]:
-        """The diagnostics of ``M`` after a sequential update (``logging.m_final``, ``logging.m_drift``).
-
-        Computed here, after the update and outside it: the factor after the whole sweep (one
-        no-grad pass over the last turn's rows) and, for the drift, the factor under the final
-        policy (one more pass over every row). Empty after a simultaneous update.
-        """
-        algo = self.cfg.algorithm
-        m_final = final_factor(self.policy, batch, algo, stats, self.dp)
-        if m_final is None:
-            return {}
-        out = {"seeupo/m_final_mean": float(m_final.mean()), "seeupo/m_final_max": float(m_final.max())}
-        if self.cfg.logging.m_drift:
-            m_current = current_factor(self.policy, batch, stats.turn_order, algo, self.dp)
-            out["seeupo/m_drift_max"] = float((m_final.log() - m_current.log()).abs().max())
-        return out
-
-    def _update_critic(self, batch: SampleBatch, advantages: torch.Tensor, values: torch.Tensor) -> float:
-        """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO).
-
-        With data parallelism each process's loss is its rows' share of the global token mean.
-        """
-        real = batch.token_mask & batch.valid[:, None]
-        returns = (advantages + values).detach()
-        mine = owned(batch, self.dp)
-        loss = clipped_value_loss(self.critic.values(batch.select(mine)), values[mine].detach(), returns[mine], real[mine],
-                                  num_tokens=float(real.sum()))
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.optim.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.optim.max_grad_norm)
-        self.critic_optimizer.step()
-        total = loss.detach().to(torch.float64).cpu().reshape(1)
-        return float(self.dp.sum(total)) if self.dp is not None else float(total)
-
-    def _vllm_engine(self, model: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
-        """A vLLM engine per process, started from ``model``'s current weights (written once to
-        ``out_dir/rollout_init`` by process 0, removed once every engine has loaded them)."""
-        import shutil
-
-        from seeupo.llm.vllm_engine import VLLMEngine
-
-        cfg = self.cfg
-        kwargs: dict[str, Any] = {}
-        if torch.cuda.is_available():
-            kwargs["gpu_memory_utilization"] = cfg.rollout.vllm_gpu_memory_utilization
-        if cfg.rollout.vllm_sleep:
-            if not torch.cuda.is_available():
-                raise InputError("config.rollout.vllm_sleep", "vLLM's sleep mode needs CUDA GPUs; set it to false")
-            kwargs["enable_sleep_mode"] = True
-        folder = self.out_dir / "rollout_init"
-        if self.is_main:
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-        barrier()
-        rank = self.dp.rank if self.dp is not None else 0
-        engine = VLLMEngine(folder, dtype=cfg.model.dtype, seed=cfg.seed + rank, max_model_len=cfg.rollout.max_context, **kwargs)
-        barrier()
-        if self.is_main:
-            shutil.rmtree(folder, ignore_errors=True)
-        return engine
-
-    def _rollout_weights(self) -> torch.nn.Module:
-        """The module the engine samples from, holding the current weights (the replica, refreshed, under FSDP)."""
-        if self.rollout_model is self.model:
-            return self.model
-        self.rollout_model.load_state_dict(full_state_dict(self.model))
-        return self.rollout_model
-
     # ------------------------------------------------------------------ checkpoints
+
+    def save(self) -> Path:
+        state = {"scheduler": self.scheduler.state_dict(),
+                 "trainer": {"step": self.step_count, "non_finite_in_a_row": self.non_finite_in_a_row}}
+        meta = {"config": self.cfg.to_dict(), "processes": self.dp.world_size if self.dp is not None else 1}
+        return save_checkpoint(self.out_dir / "checkpoints", self.step_count, state, meta=meta,
+                               keep=self.cfg.checkpoint.keep, sharded=self.sharded_state())
+
+    def resume(self) -> int:
+        """Load the newest checkpoint of ``out_dir`` (written by any number of processes); returns its step (0 when none)."""
+        path = latest_checkpoint(self.out_dir / "checkpoints")
+        if path is None:
+            return 0
+        self.load_sharded_state(load_sharded(path, self.sharded_state()))
+        state = load_checkpoint(path)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = state["trainer"]["step"]
+        self.non_finite_in_a_row = state["trainer"]["non_finite_in_a_row"]
+        rng = load_rng(path)
+        if rng is not None:
+            set_rng_state(rng)
+        self.engine.sync_weights(self._rollout_weights())
+        return self.step_count
 
     def sharded_state(self) -> dict[str, Any]:
         """The models' and optimizers' state dicts (keyed by parameter names; shards under FSDP)."""
@@ -401,108 +410,6 @@ class Trainer:
                            optim_state_dict=state["critic_optimizer"])
         if self.reference is not None:
             set_model_state_dict(self.reference.model, state["reference"])
-
-    def save(self) -> Path:
-        state = {"scheduler": self.scheduler.state_dict(),
-                 "trainer": {"step": self.step_count, "non_finite_in_a_row": self.non_finite_in_a_row}}
-        meta = {"config": self.cfg.to_dict(), "processes": self.dp.world_size if self.dp is not None else 1}
-        return save_checkpoint(self.out_dir / "checkpoints", self.step_count, state, meta=meta,
-                               keep=self.cfg.checkpoint.keep, sharded=self.sharded_state())
-
-    def resume(self) -> int:
-        """Load the newest checkpoint of ``out_dir`` (written by any number of processes); returns its step (0 when none)."""
-        path = latest_checkpoint(self.out_dir / "checkpoints")
-        if path is None:
-            return 0
-        self.load_sharded_state(load_sharded(path, self.sharded_state()))
-        state = load_checkpoint(path)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step_count = state["trainer"]["step"]
-        self.non_finite_in_a_row = state["trainer"]["non_finite_in_a_row"]
-        rng = load_rng(path)
-        if rng is not None:
-            set_rng_state(rng)
-        self.engine.sync_weights(self._rollout_weights())
-        return self.step_count
-
-    # ------------------------------------------------------------------ the loop
-
-    def train(self, *, resume: bool = False, progress: bool | None = None) -> list[dict[str, float]]:
-        """Run to ``cfg.steps``; returns the metrics of the steps run here."""
-        return list(self.run(resume=resume, progress=progress))
-
-    def run(self, *, resume: bool = False, progress: bool | None = None) -> Iterator[dict[str, float]]:
-        """:meth:`train`, yielding each step's metrics as soon as they are logged (process 0 logs).
-
-        With ``resume``, the run continues from the newest checkpoint of ``out_dir`` (a fresh run
-        when there is none); ``cfg`` may differ from the run's saved config only in
-        :data:`~seeupo.llm.config.RESUMABLE_FIELDS` (else :class:`InputError`), ``config.yaml`` is
-        left as the run began, and each resume appends ``{time, resumed_from_step, changes}`` to
-        ``RESUME_LOG``.
-        """
-        cfg = self.cfg
-        saved = saved_run_config(self.out_dir) if resume else None
-        changes = resume_changes(saved, cfg) if saved is not None else {}  # refuses before anything is loaded
-        start = self.resume() if resume else 0
-        resumed = start > 0
-        progress = (cfg.logging.progress if progress is None else progress) and self.is_main
-        if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            if resumed:  # the run's config.yaml stays as it began; what changed is appended to the resume log
-                _append_resume_log(self.out_dir, start, changes)
-            else:
-                (self.out_dir / "config.yaml").write_text(_yaml_dump(cfg.to_dict()))
-            logger = MetricsLogger(self.out_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                                   resume_step=start if resumed else None, config=cfg.to_dict())
-        else:
-            logger = _NoLogger()
-        with logger:
-            if start == 0:
-                initial = dict(self.prepared)
-                if self.env.metrics is not None:
-                    initial |= self.env.metrics(self.policy)
-                if initial:
-                    logger.log(0, initial)
-            bar = _progress(range(start, cfg.steps), progress, initial=start, total=cfg.steps)
-            for _ in bar:
-                metrics = self.step()
-                logger.log(self.step_count, metrics)
-                if hasattr(bar, "set_postfix"):
-                    bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in ("critic/score/mean", "bridge/J") if k in metrics})
-                done = self.step_count == cfg.steps
-                if done or self.step_count % cfg.checkpoint.every == 0 or self.non_finite_in_a_row >= cfg.optim.max_non_finite:
-                    self.save()
-                yield metrics
-                if self.non_finite_in_a_row >= cfg.optim.max_non_finite:
-                    raise TrainingDiverged(
-                        f"{self.non_finite_in_a_row} optimizer steps in a row had a non-finite loss or gradient "
-                        f"(step {self.step_count}); checkpoint saved in {self.out_dir / 'checkpoints'}; "
-                        "lower optim.lr or check the rewards")
-
-
-class _NoLogger:
-    """The metrics logger of processes other than process 0."""
-
-    def __enter__(self) -> "_NoLogger":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        return None
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
-def _progress(iterable, enabled: bool, **kwargs):
-    if not enabled:
-        return iterable
-    from tqdm import tqdm
-
-    return tqdm(iterable, unit="step", dynamic_ncols=True, **kwargs)
 
 
 RESUME_LOG = "resume_log.jsonl"

@@ -53,6 +53,8 @@ class TinyPolicy:
     def parameters(self):
         return [self.logits]
 
+    turns_share_parameters = True  # one table for every (state, turn)
+
 
 class CountingSGD(torch.optim.SGD):
     def __init__(self, params, lr):
@@ -943,7 +945,7 @@ def test_fused_ratio_passes_make_the_reference_update(changes, settings):
             generator=torch.Generator().manual_seed(3), fuse_ratio_passes=fuse, logp_ref=logp_ref, **settings))
         out[fuse] = (policy, stats, opt.n_steps)
     (ref, ref_stats, ref_steps), (fused, fused_stats, fused_steps) = out[False], out[True]
-    assert can_fuse_ratio_passes(batch, cfg)
+    assert can_fuse_ratio_passes(TinyPolicy(logits), batch, cfg)
     # the fused sweep makes no no-gradient pass: each turn's ratio comes from the next turn's first step
     assert len(fused.calls) == len(fused.grad_calls) and len(ref.calls) > len(ref.grad_calls)
     assert fused_steps == ref_steps == fused_stats.steps
@@ -959,6 +961,15 @@ def test_fused_ratio_passes_make_the_reference_update(changes, settings):
 @pytest.mark.parametrize("changes", [{"minibatches": 2}, {"m_refresh": True}, {"m_alignment": "shuffled"},
                                      {"m_factor": "none"}, {"schedule": "simultaneous"}])
 def test_no_fusion_where_the_schedule_does_not_allow_it(changes):
-    batch, _ = make_rollout(seed=7)
-    assert can_fuse_ratio_passes(batch, SEEUPO)
-    assert not can_fuse_ratio_passes(batch, SEEUPO.replace(**changes))
+    batch, logits = make_rollout(seed=7)
+    policy = TinyPolicy(logits)
+    assert can_fuse_ratio_passes(policy, batch, SEEUPO)
+    assert not can_fuse_ratio_passes(policy, batch, SEEUPO.replace(**changes))
+
+
+def test_no_fusion_for_a_policy_with_per_turn_parameters():
+    batch, logits = make_rollout(seed=7)
+    policy = TinyPolicy(logits)
+    policy.turns_share_parameters = False
+    assert not can_fuse_ratio_passes(policy, batch, SEEUPO)
+    assert not can_fuse_ratio_passes(object(), batch, SEEUPO)  # not declared: not shared

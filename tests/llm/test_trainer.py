@@ -226,3 +226,55 @@ def test_every_scoring_layout_trains_alike(tmp_path):
         for got, per_row in zip(runs[layout], runs["per_row"]):
             for key, value in per_row.items():
                 assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (layout, key)
+
+
+def test_warm_up_runs_the_environments_steps_and_logs_the_first_batch_loglik_before_its_step(tiny32):
+    """One step of the bridge's format warm-up: the log-likelihood it reports is the batch's under the
+    starting weights (computed again here from the same draws), and the step moves the weights."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    from seeupo.llm.envs import make_environment
+    from seeupo.llm.layout import scoring_batch
+    from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.trainer import warm_up
+
+    model, tok = tiny32
+    spec = make_environment("bridge", {"warmup_steps": 3, "warmup_lr": 1e-2}, tok, seed=7).warm_up
+    assert (spec.steps, spec.lr, spec.seed, spec.metric) == (3, 1e-2, 7, "bridge/warmup_loglik")
+    start = copy.deepcopy(model)
+    contexts, responses = spec.examples(torch.Generator().manual_seed(7))  # the first batch the warm-up draws
+    with torch.no_grad():
+        expected = float(CausalLMPolicy(start, temperature=0.8).token_logps(scoring_batch(contexts, responses, tok.pad_token_id or 0)).sum(1).mean())
+    warmed = copy.deepcopy(model)
+    logs = warm_up(CausalLMPolicy(warmed, temperature=0.8), dataclasses.replace(spec, steps=1), tok)
+    assert logs == {"bridge/warmup_loglik": pytest.approx(expected, rel=1e-6)}
+    assert any(not torch.equal(a, b) for a, b in zip(start.parameters(), warmed.parameters()))
+    with pytest.raises(ValueError, match="at least one step"):
+        dataclasses.replace(spec, steps=0)
+
+
+def test_the_trainer_warms_up_the_fresh_model_and_logs_it_at_step_0(tmp_path):
+    """The trainer's set-up step is :func:`warm_up` of the environment's spec on the fresh model:
+    the same weights and log-likelihood as running it by hand; ``prepare=False`` skips it."""
+    import torch
+
+    from seeupo.llm.build import load_model
+    from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.trainer import warm_up
+
+    cfg = load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}"])
+    trainer = Trainer(cfg)
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.seed)
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    logs = warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), trainer.env.warm_up, tok)
+    assert trainer.setup_metrics == logs and set(logs) == {"bridge/warmup_loglik"}
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in trainer.model.state_dict().items())
+    trainer.train()
+    assert read_metrics(tmp_path)[0]["bridge/warmup_loglik"] == logs["bridge/warmup_loglik"]
+
+    untouched = Trainer(cfg, prepare=False)
+    assert untouched.setup_metrics == {}
+    assert all(torch.equal(v, fresh[k]) for k, v in untouched.model.state_dict().items())

@@ -2,7 +2,8 @@
 
 Each builder takes the config's ``env.options``, the tokenizer and the run's seed and returns an
 :class:`EnvSpec`: the training tasks, how to make one environment per trajectory, and what the
-environment adds to a run (a per-turn token budget, exact metrics, a set-up step).
+environment adds to a run (a per-turn token budget, exact metrics, a supervised warm-up, a set-up
+step).
 """
 
 from __future__ import annotations
@@ -24,6 +25,33 @@ ENVIRONMENTS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class WarmUp:
+    """A supervised warm-up of the fresh model before training, which :func:`seeupo.llm.trainer.warm_up` runs.
+
+    The environment says what to learn; the trainer (or an experiment) runs the steps.
+
+    examples: one batch of supervised examples, ``(contexts, responses)`` (token ids, one pair
+      per row), drawn with the generator it is given; the warm-up raises the responses'
+      log-likelihood given their contexts (e.g. the bridge's random valid answers, so that a
+      random model answers in the format).
+    steps, lr: the number of Adam steps (at least 1) and their learning rate.
+    seed: seeds the one generator every batch is drawn with.
+    metric: the name of the warm-up's final mean log-likelihood in the run's step-0 metrics
+      (e.g. ``bridge/warmup_loglik``).
+    """
+
+    examples: Callable[[torch.Generator], tuple[list[list[int]], list[list[int]]]]
+    steps: int
+    lr: float
+    seed: int
+    metric: str
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"a warm-up takes at least one step, not {self.steps} (no warm-up: no WarmUp)")
+
+
 @dataclass
 class EnvSpec:
     """What a trainer needs from an environment.
@@ -32,7 +60,10 @@ class EnvSpec:
     make: one environment for one trajectory; the generator is the step's source of randomness.
     max_new_tokens: a per-turn token budget the environment imposes (``None``: the config's).
     metrics: extra per-step metrics of the current policy (e.g. the bridge's exact ``J``).
-    prepare: a set-up step on the fresh model before training (e.g. the bridge's format warm-up).
+    warm_up: a supervised warm-up of the fresh model before training (:class:`WarmUp`; e.g. the
+      bridge's format warm-up); the trainer runs it.
+    prepare: a set-up step before training that trains nothing (e.g. AppWorld's process prestart);
+      it gets the fresh policy and returns metrics logged at step 0.
     eval_tasks: the tasks of ``seeupo eval`` (``None``: ``tasks``).
     category: the category of a task, for per-category evaluation tables (``None``: one category).
 
@@ -44,6 +75,7 @@ class EnvSpec:
     make: Callable[[torch.Generator], Environment]
     max_new_tokens: int | None = None
     metrics: Callable[[Any], dict[str, float]] | None = None
+    warm_up: WarmUp | None = None
     prepare: Callable[[Any], dict[str, float]] | None = None
     eval_tasks: list[Any] | None = None
     category: Callable[[Any], str] | None = None

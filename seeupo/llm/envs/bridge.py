@@ -296,9 +296,9 @@ class BridgeOptions:
       so giving both is refused). ``J`` and the trained-on return are both ``sum_t gamma^t r_t``.
     invalid_reward: the reward of an invalid response (it ends the episode).
     num_tasks: the training tasks are this many initial states drawn from ``rho``.
-    warmup_steps, warmup_lr: supervised steps on uniformly random valid actions before training,
-      so that a random model answers in the format (the analogue of an instruction-tuned start);
-      0 to skip.
+    warmup_steps, warmup_lr: Adam steps of the format warm-up (the spec's ``warm_up``, which the
+      trainer runs before training: supervised steps on uniformly random valid actions, so that a
+      random model answers in the format, the analogue of an instruction-tuned start); 0 to skip.
     """
 
     instance: str | None = None
@@ -394,33 +394,29 @@ def random_histories(problem: TreeMDP, count: int, generator: torch.Generator) -
     return out
 
 
-def format_warmup(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spelling, steps: int, lr: float,
-                  seed: int, batch_size: int = 16) -> float:
-    """Supervised steps towards uniformly random valid answers; returns the final mean log-likelihood."""
-    from seeupo.llm.layout import scoring_batch
+def format_examples(chat: ChatDelta, problem: TreeMDP, spelling: Spelling, generator: torch.Generator,
+                    batch_size: int = 16) -> tuple[list[list[int]], list[list[int]]]:
+    """One batch of the format warm-up: ``(contexts, responses)`` of uniformly random valid answers.
 
-    chat = ChatDelta(tokenizer)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
-    loglik = float("nan")
-    for _ in range(steps):
-        contexts, responses = [], []
-        for t, s0, actions, observations in random_histories(problem, batch_size, gen):
-            contexts.append(history_context(chat, problem, spelling, s0, actions, observations))
-            a = int(torch.randint(problem.actions_per_turn[t], (1,), generator=gen))
-            responses.append(spelling.action_ids(a))
-        batch = scoring_batch(contexts, responses, tokenizer.pad_token_id or 0)
-        loss = -policy.token_logps(batch).sum(1).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loglik = -float(loss.detach())
-    return loglik
+    ``batch_size`` random histories (:func:`random_histories`), each as the context the agent
+    loop builds there, answered by a uniformly random action of its turn, spelled. Both are
+    drawn from ``generator``: the histories first, then the answers.
+    """
+    contexts, responses = [], []
+    for t, s0, actions, observations in random_histories(problem, batch_size, generator):
+        contexts.append(history_context(chat, problem, spelling, s0, actions, observations))
+        a = int(torch.randint(problem.actions_per_turn[t], (1,), generator=generator))
+        responses.append(spelling.action_ids(a))
+    return contexts, responses
 
 
 def make_bridge(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
-    """The bridge's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`BridgeOptions`)."""
-    from seeupo.llm.envs import EnvSpec
+    """The bridge's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`BridgeOptions`).
+
+    With ``warmup_steps > 0`` its ``warm_up`` is the format warm-up: supervised steps on
+    :func:`format_examples`, drawn with a generator seeded by ``seed``.
+    """
+    from seeupo.llm.envs import EnvSpec, WarmUp
 
     opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
     problem = bridge_problem(opts)
@@ -435,16 +431,16 @@ def make_bridge(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
         return {"bridge/J": j, "bridge/J_star": j_star, "bridge/gap": j_star - j,
                 "bridge/valid_prob_turn0": float(1.0 - probs[0][..., -1].mean())}
 
-    def prepare(policy: Any) -> dict[str, float]:
-        if opts.warmup_steps == 0:
-            return {}
-        loglik = format_warmup(policy, tokenizer, problem, spelling, opts.warmup_steps, opts.warmup_lr, seed)
-        return {"bridge/warmup_loglik": loglik}
+    warm_up = None
+    if opts.warmup_steps > 0:  # the format warm-up: the trainer runs it on the fresh model
+        chat = ChatDelta(tokenizer)
+        warm_up = WarmUp(examples=lambda generator: format_examples(chat, problem, spelling, generator),
+                         steps=opts.warmup_steps, lr=opts.warmup_lr, seed=seed, metric="bridge/warmup_loglik")
 
     return EnvSpec(
         tasks=tasks,
         make=lambda generator: BridgeEnv(problem, spelling, invalid_reward=opts.invalid_reward, generator=generator),
         max_new_tokens=spelling.length,
         metrics=metrics,
-        prepare=prepare,
+        warm_up=warm_up,
     )

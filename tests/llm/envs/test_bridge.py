@@ -29,11 +29,12 @@ from seeupo.llm.agent import AgentLimits, ChatDelta, run_episodes  # noqa: E402
 from seeupo.llm.config import load_train_config  # noqa: E402
 from seeupo.llm.envs import make_environment  # noqa: E402
 from seeupo.llm.envs.bridge import (  # noqa: E402
-    BridgeEnv, BridgeOptions, Spelling, bridge_gamma, bridge_num_turns, bridge_problem, exact_action_probs, history_context,
-    with_invalid_action,
+    BridgeEnv, BridgeOptions, Spelling, bridge_gamma, bridge_num_turns, bridge_problem, exact_action_probs, format_examples,
+    history_context, with_invalid_action,
 )
 from seeupo.llm.policy import CausalLMPolicy  # noqa: E402
 from seeupo.llm.rollout import Completion, SamplingParams  # noqa: E402
+from seeupo.llm.trainer import warm_up  # noqa: E402
 from seeupo.tabular.exact import evaluate  # noqa: E402
 from seeupo.tabular.instances import problem_to_dict  # noqa: E402
 from seeupo.tabular.problems import DTYPE, random_tree_mdp  # noqa: E402
@@ -82,7 +83,7 @@ def test_trained_on_return_has_the_reported_J_as_expectation(tiny64, tmp_path):
     spelling = Spelling.for_problem(problem, tok, ("a", "b"))
     assert spelling.length == 2 and problem.gamma == GAMMA
     policy = CausalLMPolicy(copy.deepcopy(model), temperature=TAU)
-    spec.prepare(policy)  # the format warm-up: valid answers get most of the mass, so J is far from 0
+    warm_up(policy, spec.warm_up, tok)  # the format warm-up: valid answers get most of the mass, so J is far from 0
     reported = spec.metrics(policy)["bridge/J"]
     assert reported > 0.1
     probs = exact_action_probs(policy, tok, problem, spelling)  # [1, N_aug_t, A_t + 1]; column A_t: invalid
@@ -121,6 +122,28 @@ def test_trained_on_return_has_the_reported_J_as_expectation(tiny64, tmp_path):
     assert expectation == pytest.approx(reported, abs=1e-10)
     # the check has power: the undiscounted return (what the loop trained on before) has another mean
     assert abs(undiscounted - reported) > 0.05
+
+
+def test_format_warm_up_examples_are_valid_answers_in_the_agent_loops_contexts(tiny32, tmp_path):
+    """The bridge's warm-up spec: its examples are answers to real game contexts, each a valid action
+    (3 actions spelled with 2 binary symbols: the 4th spelling is invalid and never a target), drawn
+    reproducibly from the generator; no spec without warm-up steps."""
+    _, tok = tiny32
+    path = discounted_instance(tmp_path)
+    spec = make_environment("bridge", {"instance": str(path), "warmup_steps": 4, "warmup_lr": 0.5}, tok, seed=3)
+    assert (spec.warm_up.steps, spec.warm_up.lr, spec.warm_up.seed) == (4, 0.5, 3)
+    problem = bridge_problem(BridgeOptions(instance=str(path)))
+    spelling = Spelling.for_problem(problem, tok, ("a", "b"))
+    chat = ChatDelta(tok)
+    contexts, responses = spec.warm_up.examples(torch.Generator().manual_seed(0))
+    assert len(contexts) == len(responses) == 16
+    assert all(spelling.parse(r, 3) is not None for r in responses)
+    openings = {tuple(chat.prompt_ids(BridgeEnv(problem, spelling).reset(s0))) for s0 in (0, 1)}
+    assert all(any(tuple(c[:len(o)]) == o for o in openings) for c in contexts)
+    assert any(len(c) > max(len(o) for o in openings) for c in contexts)  # some are later turns' contexts
+    again = format_examples(chat, problem, spelling, torch.Generator().manual_seed(0))
+    assert again == (contexts, responses)
+    assert make_environment("bridge", {"instance": str(path), "warmup_steps": 0}, tok, seed=3).warm_up is None
 
 
 def test_the_problem_gamma_is_the_only_discount(tiny32, tmp_path):
