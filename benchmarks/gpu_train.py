@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--context", type=int, default=2048, help="first turn's context tokens")
     p.add_argument("--response", type=int, default=512)
     p.add_argument("--micro-batch-tokens", type=int, default=16384)
-    p.add_argument("--micro-batch-size", type=int, default=4, help="rows per forward pass inside the policy")
+    p.add_argument("--micro-batch-rows", type=int, default=4, help="rows forwarded per pass (scoring and update)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--gen-prompts", type=int, default=32)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.activation_checkpointing:
         enable_activation_checkpointing(model)
     shard_model(model, env, mixed_precision="bf16" if cuda else "none")
-    policy = CausalLMPolicy(model, temperature=0.9, micro_batch_size=args.micro_batch_size, collective=env.dp)
+    policy = CausalLMPolicy(model, temperature=0.9, micro_batch_rows=args.micro_batch_rows, collective=env.dp)
     tokenizer = train_bpe_tokenizer()
     batch = synthetic_batch(tokenizer, config.vocab_size, args.traj, args.turns, args.context, args.response, 8, 0)
     with torch.no_grad():

@@ -224,7 +224,7 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
-                 micro_batch_size: int = 8, micro_batch_tokens: int | None = None, timed: bool = True,
+                 micro_batch_rows: int | None = 8, micro_batch_tokens: int | None = None, timed: bool = True,
                  fuse: bool = True) -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
@@ -243,15 +243,16 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     extra = lambda cls: {"scoring": layout} if layout is not None else {}  # noqa: E731
     passed = [cls.__name__ for cls in (CausalLMPolicy, ReferencePolicy, ValueModel) if extra(cls)]
     counter = PassCounter()
-    policy = CausalLMPolicy(model, temperature=temperature, micro_batch_size=micro_batch_size, **extra(CausalLMPolicy))
+    limits = dict(micro_batch_rows=micro_batch_rows, micro_batch_tokens=micro_batch_tokens)  # every pass, as the trainer
+    policy = CausalLMPolicy(model, temperature=temperature, **limits, **extra(CausalLMPolicy))
     hooks = [counter.attach(model.base_model)]
     reference = critic = None
     if cfg.kl_coef > 0:
-        reference = ReferencePolicy(model, temperature=temperature, micro_batch_size=micro_batch_size,
+        reference = ReferencePolicy(model, temperature=temperature, **limits,
                                     **extra(ReferencePolicy))
         hooks.append(counter.attach(reference.model.base_model))
     if adv_estimator(cfg.advantage).needs_critic:
-        critic = ValueModel.from_causal_lm(model, micro_batch_size=micro_batch_size, **extra(ValueModel))
+        critic = ValueModel.from_causal_lm(model, **limits, **extra(ValueModel))
         hooks.append(counter.attach(critic.backbone))
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
     critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-5) if critic is not None else None
@@ -311,7 +312,8 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     policy.token_logps = token_logps
     start = phase("update")
     stats = policy_update(policy, optimizer, batch, advantages, cfg, UpdateSettings(
-        logp_ref=logp_ref, generator=torch.Generator().manual_seed(0), micro_batch_tokens=micro_batch_tokens,
+        logp_ref=logp_ref, generator=torch.Generator().manual_seed(0), micro_batch_rows=micro_batch_rows,
+        micro_batch_tokens=micro_batch_tokens,
         row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=1.0, fuse_ratio_passes=fuse))
     done("update", start)
     del policy.token_logps
@@ -378,7 +380,7 @@ def child(args: argparse.Namespace) -> dict:
     setup_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
     out = measure_step(model, batch, _config(name, args), layout,
-                       micro_batch_size=args.micro_batch_size, micro_batch_tokens=args.micro_batch_tokens,
+                       micro_batch_rows=args.micro_batch_rows, micro_batch_tokens=args.micro_batch_tokens,
                        timed=not args.count_only, fuse=_fused(name))
     out |= {"preset": name, "layout": layout, "step_seconds": time.perf_counter() - start,
             "setup_peak_rss_mib": setup_mib, "load_average_1min": os.getloadavg()[0]}
@@ -425,8 +427,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="fraction of each task's rollouts that end at a random earlier turn (placeholder rows)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--minibatches", type=int, default=1)
-    p.add_argument("--micro-batch-size", type=int, default=8, help="rows per forward pass inside the policy")
-    p.add_argument("--micro-batch-tokens", type=int, default=None, help="the update's token budget per pass")
+    p.add_argument("--micro-batch-rows", type=int, default=8, help="rows forwarded per pass (optim.micro_batch_rows)")
+    p.add_argument("--micro-batch-tokens", type=int, default=None, help="tokens forwarded per pass (optim.micro_batch_tokens)")
     p.add_argument("--count-only", action="store_true", help="exact token counts only, with a 0-layer model")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU")

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--minibatches", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--micro-batch-size", type=int, default=8, help="rows per forward pass of the policy")
+    p.add_argument("--micro-batch-rows", type=int, default=8, help="rows forwarded per pass (scoring and update)")
     p.add_argument("--no-record", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
     vocab = model.config.vocab_size
     batch = synthetic_batch(tokenizer, min(vocab, len(tokenizer)), args.traj, args.turns, args.context, args.response,
                             args.group, 0)
-    policy = CausalLMPolicy(model, temperature=0.9, micro_batch_size=args.micro_batch_size)
+    policy = CausalLMPolicy(model, temperature=0.9, micro_batch_rows=args.micro_batch_rows)
     with torch.no_grad():
         logp = policy.token_logps(batch)
     batch = batch.with_updates(logp_old=logp)

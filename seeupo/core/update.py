@@ -46,6 +46,10 @@ class Policy(Protocol):
 
     def parameters(self) -> Iterable[Tensor]: ...
 
+    # optional: ``micro_batches(batch, max_rows, max_tokens, whole_trajectories) -> list[Tensor]``, the
+    # row indices of an optimizer step's forward/backward passes under the limits, where a policy
+    # knows what its passes forward (a packed language-model layout); otherwise micro_batch_plan
+
 
 def compute_advantages(
     batch: SampleBatch,
@@ -170,9 +174,11 @@ class UpdateSettings:
         ablation (CPU draws, so a run draws the same on any device).
       micro_batch_rows: rows per forward/backward pass (gradient accumulation; the step is
         exactly the one-pass step); ``None``: the whole minibatch in one pass.
-      micro_batch_tokens: at most this many tokens per pass (:func:`micro_batch_plan`); needs
-        ``row_tokens``.
-      row_tokens: ``[n]`` the tokens row ``i`` puts through the model, context included.
+      micro_batch_tokens: at most this many tokens per pass; needs ``row_tokens``, unless the
+        policy plans its passes itself (a language model's ``micro_batches``: the rows and tokens
+        its layout forwards, see :class:`Policy`).
+      row_tokens: ``[n]`` the tokens row ``i`` puts through the model, context included
+        (:func:`micro_batch_plan`).
       max_grad_norm: clip the gradient's global norm before each optimizer step.
       dp: data parallelism: this process's rank among processes that all call
         :func:`policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
@@ -274,10 +280,14 @@ def _optimizer_step(
         policy_loss(cfg.update).surrogate and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
     )
     mine = owned(batch, dp).nonzero().squeeze(1)
-    plan = [mine[rows] for rows in micro_batch_plan(
-        batch.select(mine), settings.micro_batch_rows, whole_trajectories=whole_trajectories,
-        max_tokens=settings.micro_batch_tokens, row_tokens=row_tokens[mine] if row_tokens is not None else None,
-    )]
+    if hasattr(policy, "micro_batches"):  # the policy knows what its passes forward
+        parts = policy.micro_batches(batch.select(mine), settings.micro_batch_rows, settings.micro_batch_tokens,
+                                     whole_trajectories)
+    else:
+        parts = micro_batch_plan(batch.select(mine), settings.micro_batch_rows, whole_trajectories=whole_trajectories,
+                                 max_tokens=settings.micro_batch_tokens,
+                                 row_tokens=row_tokens[mine] if row_tokens is not None else None)
+    plan = [mine[rows] for rows in parts]
     if dp is not None:  # every process makes as many passes (the model's collectives must match)
         plan += [mine[:0]] * (int(dp.max(len(plan))) - len(plan))
     optimizer.zero_grad(set_to_none=True)

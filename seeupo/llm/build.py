@@ -77,14 +77,18 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
     then each model is sharded (:func:`seeupo.llm.distributed.shard_model`). ``engine`` replaces
     the default: a vLLM engine for ``rollout.engine: vllm``, else Hugging Face ``generate``.
     """
-    algo, par, scoring = cfg.algorithm, cfg.parallel, cfg.optim.scoring
+    algo, par = cfg.algorithm, cfg.parallel
     dp = dist.dp if dist is not None else None
+    # one layout and one set of pass limits for every model: the update's micro-batches are the
+    # policy's passes (CausalLMPolicy.micro_batches), the scoring passes use the same limits
+    passes = dict(scoring=cfg.optim.scoring, micro_batch_rows=cfg.optim.micro_batch_rows,
+                  micro_batch_tokens=cfg.optim.micro_batch_tokens, collective=dp)
     if dist is not None:
         broadcast_from_main(model)
     reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
     critic = None
     if adv_estimator(algo.advantage).needs_critic:
-        critic = ValueModel.from_causal_lm(model, collective=dp, scoring=scoring)
+        critic = ValueModel.from_causal_lm(model, **passes)
     rollout_model = model
     if engine is None and cfg.rollout.engine == "vllm":
         engine = vllm_engine(cfg, model, tokenizer, dist)
@@ -103,11 +107,10 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
             if par.activation_checkpointing:
                 enable_activation_checkpointing(critic.backbone)
             shard_model(critic, dist, layers_of=critic.backbone, **shard)
-    policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, collective=dp, scoring=scoring)
+    policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, **passes)
     reference = None
     if reference_model is not None:
-        reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
-                                    collective=dp, scoring=scoring)
+        reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False, **passes)
     if engine is None:
         engine = HFGenerateEngine(rollout_model, tokenizer.pad_token_id)
     return Models(policy=policy, reference=reference, critic=critic, engine=engine, rollout_model=rollout_model)

@@ -14,7 +14,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     model:   {name: tiny-qwen3, dtype: float32}
     env:     {name: bridge, options: {kind: sequential_bandit, turns: 2}}
     rollout: {tasks_per_step: 32, temperature: 0.9, max_new_tokens: 512, max_turns: 10}
-    optim:   {lr: 1.0e-6, warmup_steps: 0, max_grad_norm: 1.0, micro_batch_rows: null}
+    optim:   {lr: 1.0e-6, warmup_steps: 0, max_grad_norm: 1.0, micro_batch_rows: 8}
     steps: 50
     seed: 0
     out_dir: runs/seeupo
@@ -117,11 +117,15 @@ class RolloutConfig:
 class OptimConfig:
     """AdamW with linear warm-up (paper: lr 1e-6).
 
-    micro_batch_rows: rows per forward/backward pass (gradient accumulation is exact, see
-      :func:`seeupo.core.update.policy_update`); ``null`` for the whole minibatch at once.
-    micro_batch_tokens: at most this many tokens (context + response of each row) per
-      forward/backward pass, so that long multi-turn contexts fit (a dynamic batch size;
-      verl's ``ppo_max_token_len_per_gpu``); ``null``: no token limit.
+    micro_batch_rows: at most this many rows forwarded per pass, in every pass of the policy, the
+      reference and the critic: the scoring passes and the update's forward/backward passes
+      (gradient accumulation is exact, see :func:`seeupo.core.update.policy_update`). With a
+      packed layout the rows forwarded are trajectories (each carries its earlier turns);
+      ``null``: no row limit.
+    micro_batch_tokens: at most this many padded tokens forwarded per pass (the prefix call's
+      included), so that long multi-turn contexts fit (a dynamic batch size; verl's
+      ``ppo_max_token_len_per_gpu``); a row longer than it gets a pass of its own; ``null``: no
+      token limit.
     scoring: how the policy, the reference and the critic forward a batch (:mod:`seeupo.llm.policy`;
       the same numbers and gradients up to rounding in every layout). ``"packed"`` forwards each
       trajectory's longest row once and reads every earlier turn's log-probabilities (values)
@@ -145,7 +149,7 @@ class OptimConfig:
     beta2: float = 0.999
     warmup_steps: int = 0
     max_grad_norm: float | None = 1.0
-    micro_batch_rows: int | None = None
+    micro_batch_rows: int | None = 8
     micro_batch_tokens: int | None = None
     scoring: Scoring = "prefix_shared"
     fuse_ratio_passes: bool = True

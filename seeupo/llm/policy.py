@@ -59,18 +59,19 @@ Tensor = torch.Tensor
 
 
 def micro_batches(
-    lengths: Tensor, rows: Tensor, micro_batch_size: int, max_tokens: int | None
+    lengths: Tensor, rows: Tensor, micro_batch_rows: int | None, max_tokens: int | None
 ) -> Iterator[Tensor]:
-    """Split ``rows`` into micro-batches of at most ``micro_batch_size`` rows and ``max_tokens`` padded tokens.
+    """Split ``rows`` into micro-batches of at most ``micro_batch_rows`` rows and ``max_tokens`` padded tokens.
 
     Rows are taken longest first so that rows of similar length share a micro-batch (less
-    padding). A single row longer than ``max_tokens`` still forms its own micro-batch.
+    padding). A single row longer than ``max_tokens`` still forms its own micro-batch. ``None``
+    lifts a limit.
     """
     order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
     start = 0
     while start < order.numel():
         width = int(lengths[order[start]])  # longest row of this micro-batch comes first
-        count = micro_batch_size
+        count = micro_batch_rows if micro_batch_rows is not None else order.numel()
         if max_tokens is not None:
             count = max(1, min(count, max_tokens // max(width, 1)))
         yield order[start : start + count]
@@ -78,15 +79,15 @@ def micro_batches(
 
 
 def shared_micro_batches(
-    group: Tensor, prefix: Tensor, lengths: Tensor, rows: Tensor, micro_batch_size: int, max_tokens: int | None
+    group: Tensor, prefix: Tensor, lengths: Tensor, rows: Tensor, micro_batch_rows: int | None, max_tokens: int | None
 ) -> Iterator[Tensor]:
     """Split ``rows`` into passes of :func:`~seeupo.llm.shared_prefix.forward_shared`.
 
     Rows are taken group by group (``group``), longest first within a group, so that a group's
-    rows share a pass and its prefix is forwarded once. A pass holds at most ``micro_batch_size``
+    rows share a pass and its prefix is forwarded once. A pass holds at most ``micro_batch_rows``
     rows and ``max_tokens`` padded tokens forwarded: its groups x their longest ``prefix`` (the
     prefix call) plus its rows x their longest remainder ``lengths - prefix`` (the suffix call).
-    A single row over ``max_tokens`` still forms its own pass.
+    A single row over ``max_tokens`` still forms its own pass; ``None`` lifts a limit.
     """
     by_length = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
     order = by_length[torch.argsort(group[by_length], stable=True)].tolist()
@@ -96,7 +97,8 @@ def shared_micro_batches(
     for i in order:
         g, p, s = int(group[i]), int(prefix[i]), int(lengths[i] - prefix[i])
         cost = (len(groups | {g}) * max(longest_prefix, p, 1) + (len(current) + 1) * max(longest_suffix, s))
-        if current and (len(current) >= micro_batch_size or (max_tokens is not None and cost > max_tokens)):
+        too_many = micro_batch_rows is not None and len(current) >= micro_batch_rows
+        if current and (too_many or (max_tokens is not None and cost > max_tokens)):
             yield torch.tensor(current, dtype=torch.long)
             current, groups, longest_prefix, longest_suffix = [], set(), 0, 0
         current.append(i)
@@ -172,7 +174,7 @@ def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
 def _scoring_passes(
     batch: SampleBatch,
     scoring: Scoring,
-    micro_batch_size: int,
+    micro_batch_rows: int | None,
     max_tokens: int | None,
     collective: DataParallel | None,
 ) -> list[_Pass | None]:
@@ -204,9 +206,9 @@ def _scoring_passes(
         prefix = torch.zeros(batch.num_rows, dtype=torch.long)
         prefix[forwarded_rows] = shared_prefix_lengths(
             group[forwarded_rows], data["input_ids"][forwarded_rows], lengths[forwarded_rows], first_read[forwarded_rows])
-        plan = shared_micro_batches(group, prefix, lengths, forwarded_rows, micro_batch_size, max_tokens)
+        plan = shared_micro_batches(group, prefix, lengths, forwarded_rows, micro_batch_rows, max_tokens)
     else:
-        plan = micro_batches(lengths, forwarded_rows, micro_batch_size, max_tokens)
+        plan = micro_batches(lengths, forwarded_rows, micro_batch_rows, max_tokens)
     slot_of = torch.full((batch.num_rows,), -1, dtype=torch.long)
     passes: list[_Pass | None] = []
     for forwarded in plan:
@@ -220,6 +222,28 @@ def _scoring_passes(
     if collective is not None:
         passes += [None] * (int(collective.max(len(passes))) - len(passes))
     return passes
+
+
+def _merged_by_trajectory(parts: list[Tensor], traj_id: Tensor) -> list[Tensor]:
+    """``parts`` (row indices) with every two parts that hold rows of one trajectory merged, in order."""
+    parent = list(range(len(parts)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            k = parent[k]
+        return k
+
+    first: dict[int, int] = {}  # trajectory -> the first part that holds it
+    for k, part in enumerate(parts):
+        for t in traj_id[part].tolist():
+            if t in first:
+                parent[root(k)] = root(first[t])
+            else:
+                first[t] = k
+    merged: dict[int, list[Tensor]] = {}
+    for k, part in enumerate(parts):
+        merged.setdefault(root(k), []).append(part)
+    return [torch.cat(group) for group in merged.values()]
 
 
 def _response_positions(batch: SampleBatch, rows: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -249,8 +273,8 @@ class CausalLMPolicy(torch.nn.Module):
       model: the causal LM (its parameters are this policy's parameters).
       temperature: the sampling temperature ``tau``; :meth:`token_logps` scores under
         ``softmax(logits / tau)``.
-      micro_batch_size: at most this many rows per forward pass.
-      max_tokens_per_micro_batch: optional budget of padded tokens (rows x longest row) per pass.
+      micro_batch_rows: at most this many rows per forward pass.
+      micro_batch_tokens: optional budget of padded tokens (rows x longest row) per pass.
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
@@ -265,8 +289,8 @@ class CausalLMPolicy(torch.nn.Module):
         model: torch.nn.Module,
         *,
         temperature: float = 1.0,
-        micro_batch_size: int = 8,
-        max_tokens_per_micro_batch: int | None = None,
+        micro_batch_rows: int | None = 8,
+        micro_batch_tokens: int | None = None,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
     ) -> None:
@@ -275,8 +299,8 @@ class CausalLMPolicy(torch.nn.Module):
             raise ValueError(f"temperature must be > 0 to score log-probabilities, got {temperature}")
         self.model = model
         self.temperature = float(temperature)
-        self.micro_batch_size = int(micro_batch_size)
-        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.micro_batch_rows = micro_batch_rows
+        self.micro_batch_tokens = micro_batch_tokens
         self.collective = collective
         self.scoring = scoring
         # every weight of a language model serves every turn (seeupo.core.update.Policy); a model
@@ -284,6 +308,35 @@ class CausalLMPolicy(torch.nn.Module):
         self.turns_share_parameters = bool(getattr(model, "turns_share_parameters", True))
         # transformers' causal LMs can compute logits for the last k positions only
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    def micro_batches(
+        self, batch: SampleBatch, max_rows: int | None, max_tokens: int | None, whole_trajectories: bool
+    ) -> list[Tensor]:
+        """The update's forward/backward passes of ``batch`` (row indices; the core's ``Policy`` hook).
+
+        The rows served by each of the passes :meth:`token_logps` would make with these limits
+        (the same planning: ``max_rows`` forwarded rows and ``max_tokens`` padded tokens forwarded,
+        the prefix call's included), so an update's token budget counts the tokens the layout
+        actually forwards, and each micro-batch is then one pass. With ``whole_trajectories``,
+        passes that share a trajectory are merged. Rows no pass forwards (placeholders) join the
+        micro-batch of their trajectory.
+        """
+        scoring = effective_scoring(self.model, self.scoring)
+        parts = [p.rows for p in _scoring_passes(batch, scoring, max_rows, max_tokens, None)]
+        if whole_trajectories:
+            parts = _merged_by_trajectory(parts, batch.traj_id.cpu())
+        # the rows no pass forwards join the micro-batch of their trajectory (else the first)
+        part_of_traj = torch.zeros(batch.num_trajectories, dtype=torch.long)
+        served = torch.zeros(batch.num_rows, dtype=torch.bool)
+        for k, part in reversed(list(enumerate(parts))):
+            part_of_traj[batch.traj_id[part].cpu()] = k
+            served[part] = True
+        rest = (~served).nonzero().squeeze(1)
+        if not parts:
+            return [rest.to(batch.traj_id.device)]
+        home = part_of_traj[batch.traj_id[rest].cpu()]
+        parts = [torch.cat([part, rest[home == k]]) for k, part in enumerate(parts)]
+        return [part.to(batch.traj_id.device) for part in parts]
 
     def token_logps(self, batch: SampleBatch) -> Tensor:
         """``[n, L]`` log-probabilities of each row's response tokens under ``softmax(logits / temperature)``.
@@ -303,7 +356,7 @@ class CausalLMPolicy(torch.nn.Module):
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
         scoring = effective_scoring(self.model, self.scoring)
-        passes = _scoring_passes(batch, scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        passes = _scoring_passes(batch, scoring, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
         for p in passes:
             if p is None:
                 dummy = _dummy_pass(self.model, param.device, shared=scoring == "prefix_shared")
@@ -368,8 +421,8 @@ class ReferencePolicy:
         model: torch.nn.Module,
         *,
         temperature: float = 1.0,
-        micro_batch_size: int = 8,
-        max_tokens_per_micro_batch: int | None = None,
+        micro_batch_rows: int | None = 8,
+        micro_batch_tokens: int | None = None,
         copy_model: bool = True,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
@@ -380,8 +433,8 @@ class ReferencePolicy:
         self._policy = CausalLMPolicy(
             frozen,
             temperature=temperature,
-            micro_batch_size=micro_batch_size,
-            max_tokens_per_micro_batch=max_tokens_per_micro_batch,
+            micro_batch_rows=micro_batch_rows,
+            micro_batch_tokens=micro_batch_tokens,
             collective=collective,
             scoring=scoring,
         )
@@ -408,7 +461,7 @@ class ValueModel(torch.nn.Module):
     Args:
       backbone: a transformer returning ``last_hidden_state`` (e.g. ``causal_lm.base_model``).
       hidden_size: its hidden size.
-      micro_batch_size, max_tokens_per_micro_batch, collective, scoring: as for :class:`CausalLMPolicy`.
+      micro_batch_rows, micro_batch_tokens, collective, scoring: as for :class:`CausalLMPolicy`.
     """
 
     def __init__(
@@ -416,8 +469,8 @@ class ValueModel(torch.nn.Module):
         backbone: torch.nn.Module,
         hidden_size: int,
         *,
-        micro_batch_size: int = 8,
-        max_tokens_per_micro_batch: int | None = None,
+        micro_batch_rows: int | None = 8,
+        micro_batch_tokens: int | None = None,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
     ) -> None:
@@ -428,8 +481,8 @@ class ValueModel(torch.nn.Module):
         # start from V = 0 everywhere: the first advantages are the raw returns, not noise
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-        self.micro_batch_size = int(micro_batch_size)
-        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.micro_batch_rows = micro_batch_rows
+        self.micro_batch_tokens = micro_batch_tokens
         self.collective = collective
         self.scoring = scoring
 
@@ -448,7 +501,7 @@ class ValueModel(torch.nn.Module):
         out = torch.zeros(n, L, dtype=self.head.weight.dtype, device=batch.token_mask.device)
         device = self.head.weight.device
         scoring = effective_scoring(self.backbone, self.scoring)
-        passes = _scoring_passes(batch, scoring, self.micro_batch_size, self.max_tokens_per_micro_batch, self.collective)
+        passes = _scoring_passes(batch, scoring, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
         for p in passes:
             if p is None:
                 dummy = _dummy_pass(self.backbone, device, self.head, shared=scoring == "prefix_shared")

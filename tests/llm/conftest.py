@@ -93,7 +93,7 @@ def score_completions(model, prompts, results, tau: float):
             logps.append(c.logprobs)
     batch = lm_batch(contexts, responses, dtype=model.dtype)
     with torch.no_grad():
-        got = CausalLMPolicy(model, temperature=tau, micro_batch_size=8).token_logps(batch)
+        got = CausalLMPolicy(model, temperature=tau, micro_batch_rows=8).token_logps(batch)
     engine = torch.zeros_like(got)
     for i, lp in enumerate(logps):
         engine[i, : len(lp)] = torch.tensor(lp, dtype=got.dtype)

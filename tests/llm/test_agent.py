@@ -162,7 +162,7 @@ def test_tiny_qwen3_token_in_token_out_end_to_end(tiny32):
         live = [k for k in range(6) if b.valid[k * T + t]]
         assert [_row_tokens(b, k * T + t)[1] for k in live] == [g[0].token_ids for g in engine.answers[t]]
     # the policy at the sampling temperature reproduces the engine's log-probabilities
-    policy = CausalLMPolicy(model, temperature=tau, micro_batch_size=4)
+    policy = CausalLMPolicy(model, temperature=tau, micro_batch_rows=4)
     logp = policy.token_logps(b)
     assert (logp.detach() - b.logp_old).abs().max() < 1e-5
     assert torch.all(logp[~b.valid] == 0)
@@ -183,7 +183,7 @@ def test_critic_values_drive_gae_and_the_value_loss(tiny32):
     params = SamplingParams(temperature=1.0, max_new_tokens=5, seed=4)
     out = run_episodes(engine, tokenizer, CountingEnv, [("a", 1), ("e", 3)], 2, params, AgentLimits(max_turns=3))
     b = out.batch
-    critic = ValueModel.from_causal_lm(model, micro_batch_size=4)
+    critic = ValueModel.from_causal_lm(model, micro_batch_rows=4)
     old_values = critic.values(b).detach()
     cfg = preset("ppo")  # token-level GAE, gamma = lambda = 1
     adv = compute_advantages(b, cfg, critic_values=old_values)

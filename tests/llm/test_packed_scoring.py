@@ -182,7 +182,7 @@ def test_log_probs_and_gradients_equal_per_row(exact64, layout, size, budget):
     lengths = batch.data["attention_mask"].sum(1)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     per_row = CausalLMPolicy(model, temperature=0.8, scoring="per_row")
-    policy = CausalLMPolicy(model, temperature=0.8, micro_batch_size=size, max_tokens_per_micro_batch=budget, scoring=layout)
+    policy = CausalLMPolicy(model, temperature=0.8, micro_batch_rows=size, micro_batch_tokens=budget, scoring=layout)
 
     counts, handle = _count_tokens(model)
     want = per_row.token_logps(batch)
@@ -264,7 +264,7 @@ def test_stock_float64_bound(tiny64, layout):
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     per_row = CausalLMPolicy(model, scoring="per_row")
-    packed = CausalLMPolicy(model, micro_batch_size=3, scoring=layout)
+    packed = CausalLMPolicy(model, micro_batch_rows=3, scoring=layout)
     assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL64
     grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
     grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
@@ -277,7 +277,7 @@ def test_float32_bound(tiny32, layout):
     batch, _ = _multi_turn_batch(model.config.vocab_size)
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2))
     per_row = CausalLMPolicy(model, scoring="per_row")
-    packed = CausalLMPolicy(model, scoring=layout, micro_batch_size=3)
+    packed = CausalLMPolicy(model, scoring=layout, micro_batch_rows=3)
     assert (packed.token_logps(batch) - per_row.token_logps(batch)).abs().max() <= TOL32
     grads_got = _grads(model, lambda: (packed.token_logps(batch) * weights).sum())
     grads_want = _grads(model, lambda: (per_row.token_logps(batch) * weights).sum())
@@ -318,7 +318,7 @@ def test_dummy_passes_and_activation_checkpointing(exact64, layout):
 
     checkpointed = copy.deepcopy(model)
     enable_activation_checkpointing(checkpointed)
-    packed = CausalLMPolicy(checkpointed, micro_batch_size=2, collective=ExtraPasses(), scoring=layout)
+    packed = CausalLMPolicy(checkpointed, micro_batch_rows=2, collective=ExtraPasses(), scoring=layout)
     assert effective_scoring(checkpointed, layout) == layout  # transformers >= 5.23 keeps the shared prefix's cache
     counts, handle = _count_tokens(checkpointed)
     got = packed.token_logps(batch)
@@ -344,7 +344,7 @@ def test_reference_and_critic_pack_too(exact64, layout):
             want = reference.logp_ref(batch)
     assert (got - want).abs().max() <= TOL64
 
-    critic = ValueModel.from_causal_lm(model, micro_batch_size=8, scoring=layout)
+    critic = ValueModel.from_causal_lm(model, micro_batch_rows=8, scoring=layout)
     with torch.no_grad():  # a head that reads the hidden state (the default one starts at zero)
         critic.head.weight.copy_(torch.randn(critic.head.weight.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
     per_row = copy.deepcopy(critic)
@@ -423,7 +423,7 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     assert int((~batch.valid).sum()) == 6  # the early-ended episodes' placeholders
     lengths = batch.data["attention_mask"].sum(1)
     counts, handle = _count_tokens(model)
-    got = CausalLMPolicy(model, micro_batch_size=1, scoring="packed").token_logps(batch)
+    got = CausalLMPolicy(model, micro_batch_rows=1, scoring="packed").token_logps(batch)
     handle.remove()
     # one pass per trajectory, of its last turn: the agent loop's rows are prefixes of each other
     last = torch.zeros(batch.num_trajectories, dtype=torch.long).scatter_reduce(0, batch.traj_id, lengths, "amax")
@@ -466,3 +466,29 @@ def test_fused_ratio_passes_make_the_same_language_model_update(exact64, layout)
         assert tokens[True] == tokens[False]
     else:  # the finished turn's rows carry the next turn's: fewer tokens
         assert tokens[True] < tokens[False]
+
+
+@pytest.mark.parametrize("layout", ("per_row",) + LAYOUTS)
+@pytest.mark.parametrize("whole", [False, True])
+def test_the_update_micro_batches_are_the_policys_passes(exact64, layout, whole):
+    model, _ = exact64
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    policy = CausalLMPolicy(model, scoring=layout, micro_batch_rows=2, micro_batch_tokens=40)
+    parts = policy.micro_batches(batch, 2, 40, whole)
+    # every row exactly once (placeholders included)
+    assert sorted(torch.cat(parts).tolist()) == list(range(batch.num_rows)) and len(parts) > 1
+    for part in parts:
+        if whole:  # a trajectory's rows never span two micro-batches
+            others = torch.cat([q for q in parts if q is not part])
+            assert not set(batch.traj_id[part].tolist()) & set(batch.traj_id[others].tolist())
+        calls: list[tuple[int, int]] = []  # (rows, real tokens computed) of each model call
+        handle = model.register_forward_pre_hook(lambda m, args, kw: calls.append(
+            (kw["input_ids"].shape[0], int(kw["attention_mask"][:, -kw["input_ids"].shape[1]:].sum()))), with_kwargs=True)
+        with torch.no_grad():
+            policy.token_logps(batch.select(part))
+        handle.remove()
+        if not whole:  # each micro-batch is one pass of the policy (0 calls: placeholders only)
+            assert len(calls) in (0, 1 if layout != "prefix_shared" else 2)
+            # within the limits: at most 2 rows forwarded, 40 tokens unless a single row is longer
+            if calls:
+                assert calls[-1][0] <= 2 and (sum(c[1] for c in calls) <= 40 or calls[-1][0] == 1)

@@ -71,7 +71,7 @@ def test_token_logps_match_unpadded_forward(tiny32, tiny64, lm_batch, dtype_name
     model, tokenizer = tiny64 if dtype_name == "float64" else tiny32
     contexts, responses = _rows(tokenizer)
     batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
-    policy = CausalLMPolicy(model, temperature=0.7, micro_batch_size=3)
+    policy = CausalLMPolicy(model, temperature=0.7, micro_batch_rows=3)
     assert policy._keeps_logits  # the transformers path: logits of the response positions only
     got = policy.token_logps(batch).detach()
     assert got.dtype == model.dtype
@@ -85,10 +85,10 @@ def test_padding_and_micro_batching_do_not_change_a_row(tiny64, lm_batch):
     model, tokenizer = tiny64
     contexts, responses = _rows(tokenizer)
     batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
-    reference = CausalLMPolicy(model, micro_batch_size=1).token_logps(batch).detach()
+    reference = CausalLMPolicy(model, micro_batch_rows=1).token_logps(batch).detach()
     # other micro-batch sizes and token budgets
     for size, budget in [(2, None), (4, None), (8, 40), (8, 1)]:
-        got = CausalLMPolicy(model, micro_batch_size=size, max_tokens_per_micro_batch=budget).token_logps(batch)
+        got = CausalLMPolicy(model, micro_batch_rows=size, micro_batch_tokens=budget).token_logps(batch)
         torch.testing.assert_close(got.detach(), reference, rtol=0, atol=1e-12)
     # extra padding columns with another pad id, and the rows in reverse order
     wide = dict(batch.data)
@@ -96,7 +96,7 @@ def test_padding_and_micro_batching_do_not_change_a_row(tiny64, lm_batch):
     wide["input_ids"] = torch.cat([batch.data["input_ids"], torch.full((4, extra), 3)], 1)
     wide["attention_mask"] = torch.cat([batch.data["attention_mask"], torch.zeros(4, extra, dtype=torch.long)], 1)
     flipped = batch.with_updates(data=wide).select(torch.tensor([3, 2, 1, 0]))
-    got = CausalLMPolicy(model, micro_batch_size=4).token_logps(flipped).detach()
+    got = CausalLMPolicy(model, micro_batch_rows=4).token_logps(flipped).detach()
     torch.testing.assert_close(got, reference.flip(0), rtol=0, atol=1e-12)
 
 
@@ -108,7 +108,7 @@ def test_a_valid_row_needs_a_context(tiny32, lm_batch):
 
 def test_micro_batches_respect_the_token_budget():
     lengths = torch.tensor([10, 3, 7, 5, 9])
-    parts = list(micro_batches(lengths, torch.arange(5), micro_batch_size=4, max_tokens=20))
+    parts = list(micro_batches(lengths, torch.arange(5), micro_batch_rows=4, max_tokens=20))
     assert sorted(torch.cat(parts).tolist()) == [0, 1, 2, 3, 4]
     for part in parts:
         assert len(part) <= 4 and (len(part) == 1 or len(part) * lengths[part].max() <= 20)
@@ -119,7 +119,7 @@ def test_placeholders_give_zero_and_no_gradient(tiny64, lm_batch):
     model, tokenizer = tiny64
     model = copy.deepcopy(model)
     contexts, responses = _rows(tokenizer)
-    policy = CausalLMPolicy(model, micro_batch_size=2)
+    policy = CausalLMPolicy(model, micro_batch_rows=2)
     full = lm_batch(contexts, responses, valid=[True, False, True, False])
     real = full.select(torch.tensor([0, 2]))
 
@@ -159,7 +159,7 @@ def test_value_model_reads_the_state_before_each_token(tiny64, lm_batch):
     model, tokenizer = tiny64
     contexts, responses = _rows(tokenizer)
     batch = lm_batch(contexts, responses, valid=[True, True, False, True])
-    critic = ValueModel.from_causal_lm(model, micro_batch_size=3)
+    critic = ValueModel.from_causal_lm(model, micro_batch_rows=3)
     assert torch.all(critic.values(batch) == 0)  # zero-initialised head
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
