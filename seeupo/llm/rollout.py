@@ -117,8 +117,9 @@ class HFGenerateEngine:
     the new batch, with the new tokens after them (padding holes are masked, positions follow
     the mask). Tested: the same tokens and log-probabilities (to 1e-9 in float64) as without.
     Kept sequences are dropped when a call extends them (its own sequences replace them), when
-    more than ``max_cached`` are kept (the least recently stored go first), and when the
-    model's weights change (an optimizer step, :meth:`sync_weights`, a load). Only models whose
+    more than ``max_cached`` would be kept or running (a call's own count while it runs; the
+    least recently stored go first), and when the model's weights change (an optimizer step,
+    :meth:`sync_weights`, a load). Only models whose
     cache is a plain ``DynamicCache`` of full-attention layers reuse; others take the plain path.
 
     Args:
@@ -129,8 +130,10 @@ class HFGenerateEngine:
       share_prompts: prefill each prompt once per group (``False``: ``n`` times, the reference path).
       reuse_contexts: keep sequences' key/values across calls and forward only a prompt's new
         tokens (``False``: every call prefills whole prompts, the reference path).
-      max_cached: keep at most this many sequences (default ``max_batch_size``: at most one
-        ``generate`` call's worth of key/values, e.g. 46 KB per token for SmolLM2-135M in float32).
+      max_cached: at most this many sequences' key/values, kept plus running (default
+        ``max_batch_size``: one ``generate`` call's worth, 46 KB per token for SmolLM2-135M in
+        float32). A rollout of more trajectories than this, in several calls per turn, reuses
+        little: each call evicts the previous call's sequences.
     """
 
     def __init__(
@@ -280,7 +283,7 @@ class HFGenerateEngine:
                 self._cached.popitem(last=False)
 
     def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
-        from transformers import GenerationConfig
+        from transformers import DynamicCache, GenerationConfig
 
         reuse = self._reuses()
         share = self.share_prompts and n > 1
@@ -291,6 +294,10 @@ class HFGenerateEngine:
                 input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
                 if cache is not None:
                     cache.batch_repeat_interleave(n)
+            # this call's sequences count against max_cached while it runs: sequences that it does
+            # not extend go first (oldest first), so kept and running key/values stay within the bound
+            while self._cached and len(self._cached) + input_ids.shape[0] > self.max_cached:
+                self._cached.popitem(last=False)
         else:  # the reference path: whole left-padded prompts, generate prefills them
             width = max(len(p) for p in prompts)
             input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
@@ -353,6 +360,6 @@ class HFGenerateEngine:
         if reuse:
             out_cache = getattr(result, "past_key_values", None)
             out_cache = out_cache if out_cache is not None else getattr(result, "cache", None)
-            if out_cache is not None:
+            if isinstance(out_cache, DynamicCache):
                 self._keep(out_cache, result.sequences.cpu(), attention_mask, [len(c.token_ids) for c in completions])
         return completions
