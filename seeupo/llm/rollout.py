@@ -220,9 +220,10 @@ class HFGenerateEngine:
                 best, best_len = key, common
         return best, best_len
 
-    def _prefill(self, prompts: list[list[int]], reuse: bool) -> tuple[Tensor, Tensor, object | None]:
+    def _prefill(self, prompts: list[list[int]], reuse: bool, running: int) -> tuple[Tensor, Tensor, object | None]:
         """``generate``'s inputs: ``input_ids``, ``attention_mask`` and a cache of all but the last column.
 
+        ``running``: the number of sequences the call generates (``len(prompts)`` or ``n`` times that).
         Row ``r`` reuses ``c_r`` tokens of a kept sequence (0 without reuse) and forwards the other
         ``s_r = len - c_r`` itself. Columns: ``[0, P)`` the reused key/values, right-aligned
         (``P = max c_r``); ``[P, P + S)`` the new tokens, right-aligned (``S = max s_r``); the gaps
@@ -258,6 +259,10 @@ class HFGenerateEngine:
                 cache.update(kv[0], kv[1], layer)
         for key in {key for key, c in matches if key is not None}:  # extended now: this call's sequences replace them
             del self._cached[key]
+        # the call's sequences count against max_cached while it runs: kept ones it does not extend
+        # go first (oldest first), so kept and running key/values stay within the bound
+        while self._cached and len(self._cached) + running > self.max_cached:
+            self._cached.popitem(last=False)
         if width - 1 > P:
             position_ids = (attention_mask.cumsum(1) - 1).masked_fill(attention_mask == 0, 0)  # as generate makes them
             self.model(input_ids=input_ids[:, P:-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
@@ -289,15 +294,11 @@ class HFGenerateEngine:
         share = self.share_prompts and n > 1
         if reuse or share:
             rows = prompts if share else [p for p in prompts for _ in range(n)]
-            input_ids, attention_mask, cache = self._prefill(rows, reuse)
+            input_ids, attention_mask, cache = self._prefill(rows, reuse, len(prompts) * n)
             if share:
                 input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
                 if cache is not None:
                     cache.batch_repeat_interleave(n)
-            # this call's sequences count against max_cached while it runs: sequences that it does
-            # not extend go first (oldest first), so kept and running key/values stay within the bound
-            while self._cached and len(self._cached) + input_ids.shape[0] > self.max_cached:
-                self._cached.popitem(last=False)
         else:  # the reference path: whole left-padded prompts, generate prefills them
             width = max(len(p) for p in prompts)
             input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)

@@ -278,3 +278,22 @@ def test_context_reuse_is_dropped_when_the_weights_change(tiny64):
     # the prefill forwards the whole prompt but its last token (then generate's first step): nothing
     # of the old weights is reused (it would forward 2, the last response token and 5)
     assert counted[:2] == [len(longer) - 1, 1]
+
+
+def test_context_reuse_counts_a_running_call_against_max_cached(tiny64):
+    model, tokenizer = tiny64
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(3, len(tokenizer), (length,), generator=g).tolist() for length in (12, 8, 5)]
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_cached=4)
+    params = SamplingParams(temperature=0.9, max_new_tokens=3, seed=0)
+    held = []  # kept sequences + the rows of the running call, at each forward
+    handle = model.register_forward_pre_hook(lambda m, a, kw: held.append(len(engine._cached) + kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        engine.generate(prompts[:2], 1, params)  # keeps 2
+        engine.generate(prompts[2:], 3, params)  # 3 running: the older of the 2 kept is evicted first; keeps 4
+        engine.generate(prompts[:1], 1, params)  # 1 running: extends none of the 4, the oldest is evicted first
+    finally:
+        handle.remove()
+    assert held[0] == 2 and max(held) == 4
+    assert len(engine._cached) == 4
