@@ -297,3 +297,30 @@ def test_context_reuse_counts_a_running_call_against_max_cached(tiny64):
         handle.remove()
     assert held[0] == 2 and max(held) == 4
     assert len(engine._cached) == 4
+
+
+def test_sliding_window_models_take_the_plain_path(tiny64):
+    # a sliding-window layer keeps only the last tokens' key/values: nothing to reuse, so the engine
+    # prefills whole prompts, as without reuse (same forwards, same samples)
+    from transformers import Qwen3ForCausalLM
+
+    model, tokenizer = tiny64
+    config = copy.deepcopy(model.config)
+    config.use_sliding_window, config.sliding_window = True, 8
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    sliding = Qwen3ForCausalLM(config).to(torch.float64).eval()
+    sliding.load_state_dict(model.state_dict())
+    prompt = torch.randint(3, len(tokenizer), (20,), generator=torch.Generator().manual_seed(8)).tolist()
+    params = SamplingParams(temperature=0.9, max_new_tokens=4, seed=9)
+    results, counts = {}, {}
+    for reuse in (False, True):
+        engine = HFGenerateEngine(sliding, tokenizer.pad_token_id, reuse_contexts=reuse)
+        first = engine.generate([prompt], 1, params)[0][0]
+        counted, handle = _counting(sliding)
+        try:
+            results[reuse] = engine.generate([prompt + first.token_ids + [5]], 1, params)[0][0]
+        finally:
+            handle.remove()
+        counts[reuse] = counted
+    assert results[True].token_ids == results[False].token_ids
+    assert counts[True] == counts[False] and counts[True][0] == 20 + 4 + 1
