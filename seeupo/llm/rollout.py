@@ -119,8 +119,8 @@ class HFGenerateEngine:
     Kept sequences are dropped when a call extends them (its own sequences replace them), when
     more than ``max_cached`` would be kept or running (a call's own count while it runs; the
     least recently stored go first), and when the model's weights change (an optimizer step,
-    :meth:`sync_weights`, a load). Only models whose
-    cache is a plain ``DynamicCache`` of full-attention layers reuse; others take the plain path.
+    :meth:`sync_weights`, a load). Only models whose cache is a plain ``DynamicCache`` of
+    full-attention layers reuse; others (sliding windows, linear attention) take the plain path.
 
     Args:
       model: the causal LM (shared with the policy: no weight copy).
@@ -242,9 +242,7 @@ class HFGenerateEngine:
             ids = torch.tensor(p, dtype=torch.long)
             input_ids[r, P - c : P], attention_mask[r, P - c : P] = ids[:c], 1
             input_ids[r, width - (len(p) - c) :], attention_mask[r, width - (len(p) - c) :] = ids[c:], 1
-        if width < 2:
-            return input_ids, attention_mask, None
-        cache = DynamicCache(config=self.model.config)
+        reused = []  # per layer: the rows' reused keys and values, [rows, heads, P, dim]
         if P > 0:
             first = next(self._cached[key] for key, c in matches if c > 0)
             for layer in range(len(first.keys)):
@@ -256,13 +254,18 @@ class HFGenerateEngine:
                         if c > 0:
                             t[r, :, P - c :] = getattr(self._cached[key], part)[layer][:, :c]
                     kv.append(t)
-                cache.update(kv[0], kv[1], layer)
+                reused.append(kv)
         for key in {key for key, c in matches if key is not None}:  # extended now: this call's sequences replace them
             del self._cached[key]
         # the call's sequences count against max_cached while it runs: kept ones it does not extend
         # go first (oldest first), so kept and running key/values stay within the bound
         while self._cached and len(self._cached) + running > self.max_cached:
             self._cached.popitem(last=False)
+        if width < 2:
+            return input_ids, attention_mask, None
+        cache = DynamicCache(config=self.model.config)
+        for layer, (keys, values) in enumerate(reused):
+            cache.update(keys, values, layer)
         if width - 1 > P:
             position_ids = (attention_mask.cumsum(1) - 1).masked_fill(attention_mask == 0, 0)  # as generate makes them
             self.model(input_ids=input_ids[:, P:-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
