@@ -22,6 +22,7 @@ tokens were drawn from.
 from __future__ import annotations
 
 import inspect
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,6 +84,15 @@ class RolloutEngine(Protocol):
         ...
 
 
+@dataclass
+class _CachedContext:
+    """One sequence's key/values as a previous call left them: ``tokens`` and, per layer, ``[heads, len(tokens), dim]``."""
+
+    tokens: Tensor  # [L] long, on the CPU (compared against new prompts)
+    keys: list[Tensor]
+    values: list[Tensor]
+
+
 class HFGenerateEngine:
     """Sampling with Hugging Face ``generate`` on the training model itself.
 
@@ -98,30 +108,69 @@ class HFGenerateEngine:
     ``n`` that forwards ``len(prompt) - 1`` prompt tokens instead of ``n`` times as many; the
     tokens drawn and their log-probabilities are those of the unshared path (tested equal).
 
+    A multi-turn context grows by appending (response, then observation), so turn ``t + 1``'s
+    prompt starts with turn ``t``'s prompt and response. With ``reuse_contexts`` the engine keeps
+    each sequence's key/value cache after ``generate`` and, when a later prompt starts with a
+    kept sequence's tokens (the longest common prefix over the kept ones), forwards only the rest
+    of the prompt. Keys and values of a token depend only on the tokens before it (causal
+    attention), so this is the same computation; the cached ones are laid out left-padded in
+    the new batch, with the new tokens after them (padding holes are masked, positions follow
+    the mask). Tested: the same tokens and log-probabilities (to 1e-9 in float64) as without.
+    Kept sequences are dropped when a call extends them (its own sequences replace them), when
+    more than ``max_cached`` would be kept or running (a call's own count while it runs; the
+    least recently stored go first), and when the model's weights change (an optimizer step,
+    :meth:`sync_weights`, a load). Only models whose cache is a plain ``DynamicCache`` of
+    full-attention layers reuse; others (sliding windows, linear attention) take the plain path.
+
     Args:
       model: the causal LM (shared with the policy: no weight copy).
       pad_token_id: the id used for padding (any id; padding is masked).
       max_batch_size: at most this many sequences per ``generate`` call (whole groups of ``n``:
         at least one prompt's ``n`` completions per call).
       share_prompts: prefill each prompt once per group (``False``: ``n`` times, the reference path).
+      reuse_contexts: keep sequences' key/values across calls and forward only a prompt's new
+        tokens (``False``: every call prefills whole prompts, the reference path).
+      max_cached: at most this many sequences' key/values, kept plus running (default
+        ``max_batch_size``: one ``generate`` call's worth, 46 KB per token for SmolLM2-135M in
+        float32). A rollout of more trajectories than this, in several calls per turn, reuses
+        little: each call evicts the previous call's sequences.
     """
 
     def __init__(
-        self, model: torch.nn.Module, pad_token_id: int, *, max_batch_size: int = 64, share_prompts: bool = True
+        self,
+        model: torch.nn.Module,
+        pad_token_id: int,
+        *,
+        max_batch_size: int = 64,
+        share_prompts: bool = True,
+        reuse_contexts: bool = True,
+        max_cached: int | None = None,
     ) -> None:
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
         self.share_prompts = bool(share_prompts)
+        self.reuse_contexts = bool(reuse_contexts)
+        self.max_cached = self.max_batch_size if max_cached is None else int(max_cached)
+        if self.max_cached < 0:
+            raise ValueError(f"max_cached must be >= 0, got {self.max_cached}")
+        self._cached: OrderedDict[int, _CachedContext] = OrderedDict()  # oldest first
+        self._next_key = 0
+        self._weights: tuple | None = None  # the weights the kept key/values were computed with
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """No-op: the engine samples from the very module that is trained. Swaps in ``model`` if it is another one."""
+        """The engine samples from the very module that is trained (swaps in ``model`` if it is another one); kept key/values are dropped."""
         self.model = model
+        self._cached.clear()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        weights = self._weights_version()
+        if weights != self._weights:  # key/values of other weights are not this model's
+            self._cached.clear()
+            self._weights = weights
         if params.seed is None:
             done = self._generate_all(prompts, n, params)
         else:
@@ -130,6 +179,11 @@ class HFGenerateEngine:
                 done = self._generate_all(prompts, n, params)
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
+    def _weights_version(self) -> tuple:
+        # every in-place change (optimizer step, load_state_dict, copy_) bumps a tensor's version
+        # counter; a swapped tensor changes its address
+        return (id(self.model),) + tuple((p.data_ptr(), p._version, p.dtype) for p in self.model.parameters())
+
     def _generate_all(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []
         per_call = max(1, self.max_batch_size // n)  # whole groups, so that a group shares one prefill
@@ -137,33 +191,127 @@ class HFGenerateEngine:
             out.extend(self._generate_chunk(prompts[start : start + per_call], n, params))
         return out
 
-    def _prefilled(self, input_ids: Tensor, attention_mask: Tensor, n: int) -> dict[str, object]:
-        """``generate``'s ``past_key_values``: the prompts but their last token, forwarded once and repeated ``n`` times."""
-        if not self.share_prompts or n == 1 or input_ids.shape[1] < 2:  # nothing to share
-            return {}
+    def _cache_kwarg(self) -> str:
+        # transformers >= 5.24 names it `cache` (`past_key_values` is deprecated); older ones `past_key_values`
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def _reuses(self) -> bool:
+        if not self.reuse_contexts or self.max_cached == 0:
+            return False
+        if getattr(self.model.config, "is_encoder_decoder", False):
+            return False
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        # sliding-window and hybrid (linear-attention) layers do not keep every token's key/value
+        return all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.model.config).layers)
+
+    def _match(self, prompt: list[int]) -> tuple[int | None, int]:
+        """The kept sequence sharing the longest prefix with ``prompt``, and how many of its tokens to reuse (< ``len(prompt)``)."""
+        best, best_len = None, 0
+        p = torch.tensor(prompt[:-1], dtype=torch.long)  # the last prompt token is always forwarded (it gives the logits)
+        for key, entry in self._cached.items():
+            m = min(len(p), len(entry.tokens))
+            if m <= best_len:
+                continue
+            differ = (p[:m] != entry.tokens[:m]).nonzero()
+            common = int(differ[0]) if len(differ) else m
+            if common > best_len:
+                best, best_len = key, common
+        return best, best_len
+
+    def _prefill(self, prompts: list[list[int]], reuse: bool, running: int) -> tuple[Tensor, Tensor, object | None]:
+        """``generate``'s inputs: ``input_ids``, ``attention_mask`` and a cache of all but the last column.
+
+        ``running``: the number of sequences the call generates (``len(prompts)`` or ``n`` times that).
+        Row ``r`` reuses ``c_r`` tokens of a kept sequence (0 without reuse) and forwards the other
+        ``s_r = len - c_r`` itself. Columns: ``[0, P)`` the reused key/values, right-aligned
+        (``P = max c_r``); ``[P, P + S)`` the new tokens, right-aligned (``S = max s_r``); the gaps
+        are padding, masked. The cache covers every column but the last, which ``generate`` forwards.
+        """
         from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
-        position_ids = (attention_mask.cumsum(1) - 1).clamp_min(0)
-        cache = DynamicCache(config=self.model.config)
-        # transformers >= 5.24 names it `cache` (`past_key_values` is deprecated); older ones `past_key_values`
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self.model(input_ids=input_ids[:, :-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
-                   position_ids=position_ids[:, :-1].to(device), use_cache=True, **{name: cache})
-        cache.batch_repeat_interleave(n)
-        return {name: cache}
-
-    def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
-        from transformers import GenerationConfig
-
-        width = max(len(p) for p in prompts)
+        matches = [self._match(p) for p in prompts] if reuse else [(None, 0)] * len(prompts)
+        P = max(c for _, c in matches)
+        S = max(len(p) - c for p, (_, c) in zip(prompts, matches))
+        width = P + S
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[i, width - len(p) :] = 1
-        prefilled = self._prefilled(input_ids, attention_mask, n)
-        input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
+        for r, (p, (_, c)) in enumerate(zip(prompts, matches)):
+            ids = torch.tensor(p, dtype=torch.long)
+            input_ids[r, P - c : P], attention_mask[r, P - c : P] = ids[:c], 1
+            input_ids[r, width - (len(p) - c) :], attention_mask[r, width - (len(p) - c) :] = ids[c:], 1
+        reused = []  # per layer: the rows' reused keys and values, [rows, heads, P, dim]
+        if P > 0:
+            first = next(self._cached[key] for key, c in matches if c > 0)
+            for layer in range(len(first.keys)):
+                kv = []
+                for part in ("keys", "values"):
+                    ref = getattr(first, part)[layer]
+                    t = ref.new_zeros((len(prompts), ref.shape[0], P, ref.shape[2]))
+                    for r, (key, c) in enumerate(matches):
+                        if c > 0:
+                            t[r, :, P - c :] = getattr(self._cached[key], part)[layer][:, :c]
+                    kv.append(t)
+                reused.append(kv)
+        for key in {key for key, c in matches if key is not None}:  # extended now: this call's sequences replace them
+            del self._cached[key]
+        # the call's sequences count against max_cached while it runs: kept ones it does not extend
+        # go first (oldest first), so kept and running key/values stay within the bound
+        while self._cached and len(self._cached) + running > self.max_cached:
+            self._cached.popitem(last=False)
+        if width < 2:
+            return input_ids, attention_mask, None
+        cache = DynamicCache(config=self.model.config)
+        for layer, (keys, values) in enumerate(reused):
+            cache.update(keys, values, layer)
+        if width - 1 > P:
+            position_ids = (attention_mask.cumsum(1) - 1).masked_fill(attention_mask == 0, 0)  # as generate makes them
+            self.model(input_ids=input_ids[:, P:-1].to(device), attention_mask=attention_mask[:, :-1].to(device),
+                       position_ids=position_ids[:, P:-1].to(device), use_cache=True, **{self._cache_kwarg(): cache})
+        return input_ids, attention_mask, cache
+
+    def _keep(self, cache: object, sequences: Tensor, attention_mask: Tensor, lengths: list[int]) -> None:
+        """Keep each row's key/values: its prompt columns and its first ``lengths[b]`` new tokens."""
+        width = attention_mask.shape[1]
+        layers = cache.layers
+        total = layers[0].keys.shape[2]
+        for b in range(sequences.shape[0]):
+            kept = min(lengths[b], total - width)  # the last sampled token was never forwarded
+            columns = torch.cat([attention_mask[b].nonzero()[:, 0], torch.arange(width, width + kept)])
+            index = columns.to(layers[0].keys.device)
+            self._cached[self._next_key] = _CachedContext(
+                sequences[b, columns].cpu(),
+                [layer.keys[b].index_select(1, index) for layer in layers],
+                [layer.values[b].index_select(1, index) for layer in layers],
+            )
+            self._next_key += 1
+            while len(self._cached) > self.max_cached:
+                self._cached.popitem(last=False)
+
+    def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
+        from transformers import DynamicCache, GenerationConfig
+
+        reuse = self._reuses()
+        share = self.share_prompts and n > 1
+        if reuse or share:
+            rows = prompts if share else [p for p in prompts for _ in range(n)]
+            input_ids, attention_mask, cache = self._prefill(rows, reuse, len(prompts) * n)
+            if share:
+                input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
+                if cache is not None:
+                    cache.batch_repeat_interleave(n)
+        else:  # the reference path: whole left-padded prompts, generate prefills them
+            width = max(len(p) for p in prompts)
+            input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for i, p in enumerate(prompts):
+                input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                attention_mask[i, width - len(p) :] = 1
+            input_ids, attention_mask, cache = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0), None
+        width = input_ids.shape[1]
+        prefilled = {} if cache is None else {self._cache_kwarg(): cache}
         greedy = params.temperature == 0
         stops = list(params.stop_token_ids)
         config = GenerationConfig(
@@ -213,4 +361,9 @@ class HFGenerateEngine:
             reason = "stop" if end is not None else "length"
             end = end if end is not None else len(tokens)
             completions.append(Completion(tokens[:end], logps[i, :end].tolist(), reason))
+        if reuse:
+            out_cache = getattr(result, "past_key_values", None)
+            out_cache = out_cache if out_cache is not None else getattr(result, "cache", None)
+            if isinstance(out_cache, DynamicCache):
+                self._keep(out_cache, result.sequences.cpu(), attention_mask, [len(c.token_ids) for c in completions])
         return completions

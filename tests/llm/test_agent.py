@@ -176,6 +176,30 @@ def test_tiny_qwen3_token_in_token_out_end_to_end(tiny32):
     assert any((p - q).abs().max() > 0 for p, q in zip(model.parameters(), before))
 
 
+def test_context_reuse_rolls_out_the_same_episodes(tiny64):
+    # the engine keeps each trajectory's key/values between turns; the episodes are the ones of
+    # the engine that prefills every turn's whole context, and later turns forward fewer tokens
+    model, tokenizer = tiny64
+    params = SamplingParams(temperature=0.9, max_new_tokens=6, stop_token_ids=(tokenizer.eos_token_id,), seed=0)
+    out, forwarded = {}, {}
+    for reuse in (False, True):
+        engine = HFGenerateEngine(model, tokenizer.pad_token_id, reuse_contexts=reuse)
+        counted = []
+        handle = model.register_forward_pre_hook(lambda m, a, kw: counted.append(kw["input_ids"].numel()), with_kwargs=True)
+        try:
+            out[reuse] = run_episodes(engine, tokenizer, CountingEnv, [("a", 1), ("e", 3)], 3, params,
+                                      AgentLimits(max_turns=3, max_context=256), dtype=torch.float64)
+        finally:
+            handle.remove()
+        forwarded[reuse] = sum(counted)
+    a, b = out[False].batch, out[True].batch
+    assert torch.equal(a.data["input_ids"], b.data["input_ids"]) and torch.equal(a.token_mask, b.token_mask)
+    assert torch.equal(a.reward, b.reward) and torch.equal(a.valid, b.valid)
+    assert (a.logp_old - b.logp_old).abs().max() < 1e-9
+    assert max(t.turn for t in out[True].turns) == 2
+    assert forwarded[True] < forwarded[False]
+
+
 def test_critic_values_drive_gae_and_the_value_loss(tiny32):
     model, tokenizer = tiny32
     model = copy.deepcopy(model)

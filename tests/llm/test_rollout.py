@@ -129,8 +129,9 @@ def _counting(model):
     counted = []
 
     def hook(module, args, kwargs):
-        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-        counted.append(int(mask[:, mask.shape[1] - ids.shape[1]:].sum()))
+        ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
+        # generate drops an all-ones mask (one unpadded row)
+        counted.append(ids.numel() if mask is None else int(mask[:, mask.shape[1] - ids.shape[1]:].sum()))
 
     return counted, model.register_forward_pre_hook(hook, with_kwargs=True)
 
@@ -158,3 +159,168 @@ def test_shared_prompt_prefill_samples_the_same_tokens_and_forwards_fewer(tiny64
             assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-9
     # each prompt's first len - 1 tokens are forwarded once instead of n times
     assert counts[False] - counts[True] == (n - 1) * sum(len(p) - 1 for p in prompts)
+
+
+def _turns(model, tokenizer, reuse: bool, temperature: float, *, max_cached: int | None = None):
+    """Three turns of a multi-turn rollout: 4 prompts x 2 samples, each context then grows by its response and 0-5 new tokens.
+
+    No stop tokens, so every response has ``max_new_tokens`` tokens. Returns the completions of each
+    turn, the contexts each turn was given, and the real tokens each turn forwarded (all calls).
+    """
+    g = torch.Generator().manual_seed(1)
+    vocab = len(tokenizer)
+    prompts = [torch.randint(3, vocab, (length,), generator=g).tolist() for length in (30, 1, 17, 9)]
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=8, reuse_contexts=reuse, max_cached=max_cached)
+    turns, contexts, counts = [], [], []
+    context = None
+    for t in range(3):
+        params = SamplingParams(temperature=temperature, max_new_tokens=5, seed=10 + t)
+        counted, handle = _counting(model)
+        try:
+            if t == 0:
+                out = [c for group in engine.generate(prompts, 2, params) for c in group]
+                context = [p for p in prompts for _ in range(2)]
+            else:
+                out = [group[0] for group in engine.generate(context, 1, params)]
+        finally:
+            handle.remove()
+        turns.append(out)
+        contexts.append(context)
+        counts.append(sum(counted))
+        extra = [torch.randint(3, vocab, (int(k),), generator=g).tolist() for k in torch.randint(0, 6, (len(out),), generator=g)]
+        context = [c + o.token_ids + e for c, o, e in zip(context, out, extra)]
+    return turns, contexts, counts
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_context_reuse_samples_the_same_tokens_and_forwards_only_new_tokens(tiny64, temperature):
+    model, tokenizer = tiny64
+    plain, contexts, plain_counts = _turns(model, tokenizer, False, temperature)
+    reused, contexts_r, reused_counts = _turns(model, tokenizer, True, temperature)
+    assert contexts == contexts_r
+    for a_turn, b_turn in zip(plain, reused):
+        for a, b in zip(a_turn, b_turn):
+            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason == "length"
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-9
+    assert reused_counts[0] == plain_counts[0]  # nothing kept yet (both share the first prompt's prefill)
+    for t in (1, 2):
+        # the previous turn kept its context and all but the last response token, so a row forwards
+        # len(context) - (len(previous context) + 5 - 1) tokens, unless nothing was appended but the
+        # response (then the last prompt token is forwarded again: it gives the first logits)
+        saved = sum(min(len(prev) + 4, len(now) - 1) for prev, now in zip(contexts[t - 1], contexts[t]))
+        assert plain_counts[t] - reused_counts[t] == saved > 0
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_context_reuse_keeps_at_most_max_cached_sequences(tiny64):
+    model, tokenizer = tiny64
+    plain, contexts, plain_counts = _turns(model, tokenizer, False, 0.9)
+    reused, _, reused_counts = _turns(model, tokenizer, True, 0.9, max_cached=3)
+    assert [[c.token_ids for c in turn] for turn in plain] == [[c.token_ids for c in turn] for turn in reused]
+    for t in (1, 2):
+        # only the last 3 sequences of the previous call are kept (context and all but the last
+        # response token); a row whose own was dropped reuses what it shares with a kept one (its
+        # sibling's first prompt)
+        kept = [c + o.token_ids[:4] for c, o in list(zip(contexts[t - 1], plain[t - 1]))[-3:]]
+        saved = sum(max(min(_common(now, k), len(now) - 1) for k in kept) for now in contexts[t])
+        assert plain_counts[t] - reused_counts[t] == saved
+        own = sum(min(len(prev) + 4, len(now) - 1) for prev, now in list(zip(contexts[t - 1], contexts[t]))[-3:])
+        assert saved == own + 17  # rows 5-7 their own; row 4 the 17-token prompt it shares with row 5
+
+
+def test_context_reuse_of_a_shorter_or_diverging_prefix(tiny64):
+    model, tokenizer = tiny64
+    g = torch.Generator().manual_seed(2)
+    first = torch.randint(3, len(tokenizer), (20,), generator=g).tolist()
+    # the same prompt again (a second episode of the task), and one that leaves it after 12 tokens
+    again, other = list(first), first[:12] + torch.randint(3, len(tokenizer), (6,), generator=g).tolist()
+    params = SamplingParams(temperature=0.9, max_new_tokens=4, seed=3)
+    results, counts = {}, {}
+    for reuse in (False, True):
+        engine = HFGenerateEngine(model, tokenizer.pad_token_id, reuse_contexts=reuse)
+        engine.generate([first], 1, params)
+        counted, handle = _counting(model)
+        try:
+            results[reuse] = engine.generate([again, other], 1, params)
+        finally:
+            handle.remove()
+        counts[reuse] = sum(counted)
+    for a, b in zip(results[False], results[True]):
+        assert a[0].token_ids == b[0].token_ids
+        assert max(abs(x - y) for x, y in zip(a[0].logprobs, b[0].logprobs)) < 1e-9
+    # `again` reuses 19 tokens (its last is forwarded for the logits); `other` 12; the first call's
+    # sequence is replaced by the two new ones, so both matched it
+    assert counts[False] - counts[True] == 19 + 12
+
+
+def test_context_reuse_is_dropped_when_the_weights_change(tiny64):
+    model, tokenizer = tiny64
+    model = copy.deepcopy(model)
+    prompt = torch.randint(3, len(tokenizer), (15,), generator=torch.Generator().manual_seed(4)).tolist()
+    params = SamplingParams(temperature=0.9, max_new_tokens=4, seed=5)
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id)
+    first = engine.generate([prompt], 1, params)[0][0]
+    with torch.no_grad():  # an optimizer step, in place
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(6), dtype=p.dtype))
+    longer = prompt + first.token_ids + [5, 6]
+    counted, handle = _counting(model)
+    try:
+        got = engine.generate([longer], 1, params)[0][0]
+    finally:
+        handle.remove()
+    want = HFGenerateEngine(model, tokenizer.pad_token_id, reuse_contexts=False).generate([longer], 1, params)[0][0]
+    assert got.token_ids == want.token_ids
+    assert max(abs(x - y) for x, y in zip(got.logprobs, want.logprobs)) < 1e-9
+    # the prefill forwards the whole prompt but its last token (then generate's first step): nothing
+    # of the old weights is reused (it would forward 2, the last response token and 5)
+    assert counted[:2] == [len(longer) - 1, 1]
+
+
+def test_context_reuse_counts_a_running_call_against_max_cached(tiny64):
+    model, tokenizer = tiny64
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(3, len(tokenizer), (length,), generator=g).tolist() for length in (12, 8, 5)]
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_cached=4)
+    params = SamplingParams(temperature=0.9, max_new_tokens=3, seed=0)
+    held = []  # kept sequences + the rows of the running call, at each forward
+    handle = model.register_forward_pre_hook(lambda m, a, kw: held.append(len(engine._cached) + kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        engine.generate(prompts[:2], 1, params)  # keeps 2
+        engine.generate(prompts[2:], 3, params)  # 3 running: the older of the 2 kept is evicted first; keeps 4
+        engine.generate(prompts[:1], 1, params)  # 1 running: extends none of the 4, the oldest is evicted first
+    finally:
+        handle.remove()
+    assert held[0] == 2 and max(held) == 4
+    assert len(engine._cached) == 4
+
+
+def test_sliding_window_models_take_the_plain_path(tiny64):
+    # a sliding-window layer keeps only the last tokens' key/values: nothing to reuse, so the engine
+    # prefills whole prompts, as without reuse (same forwards, same samples)
+    from transformers import Qwen3ForCausalLM
+
+    model, tokenizer = tiny64
+    config = copy.deepcopy(model.config)
+    config.use_sliding_window, config.sliding_window = True, 8
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    sliding = Qwen3ForCausalLM(config).to(torch.float64).eval()
+    sliding.load_state_dict(model.state_dict())
+    prompt = torch.randint(3, len(tokenizer), (20,), generator=torch.Generator().manual_seed(8)).tolist()
+    params = SamplingParams(temperature=0.9, max_new_tokens=4, seed=9)
+    results, counts = {}, {}
+    for reuse in (False, True):
+        engine = HFGenerateEngine(sliding, tokenizer.pad_token_id, reuse_contexts=reuse)
+        first = engine.generate([prompt], 1, params)[0][0]
+        counted, handle = _counting(sliding)
+        try:
+            results[reuse] = engine.generate([prompt + first.token_ids + [5]], 1, params)[0][0]
+        finally:
+            handle.remove()
+        counts[reuse] = counted
+    assert results[True].token_ids == results[False].token_ids
+    assert counts[True] == counts[False] and counts[True][0] == 20 + 4 + 1
