@@ -10,10 +10,14 @@ Data (read, never timed here):
 * ``benchmarks/results/trainer_throughput.json`` when present (median ``timing_s/step`` per preset);
 * the committed bridge sweep ``paper_repro/bridge_lm/results.json``: mean wall time of a training
   step per preset and model. Those runs ran at different times under a 1-minute load of 3-11 from
-  other work on a shared 2-core machine, so their ratios mix the algorithm with the load.
+  other work on a shared 2-core machine, so their ratios mix the algorithm with the load;
+* the committed records of ``benchmarks/multiturn_cost.py`` in ``paper_repro/step_cost/``: one
+  training step of SeeUPO and GRPO on a BFCL-shaped batch in each scoring layout (per row, packed
+  trajectories, and the default prefix-shared), tokens forwarded (exact) and seconds (CPU).
 
-Left: seconds per step per preset (bridge sweep). Right: SeeUPO's time over each baseline's, with
-the paper's 1.2-1.9x band.
+Left: seconds per step per preset (bridge sweep). Middle: SeeUPO's time over each baseline's, with
+the paper's 1.2-1.9x band. Right: SeeUPO / GRPO per scoring layout, tokens and seconds, against
+the paper's band and the ``(T + 1) / 2`` of sequential updates against a packed baseline.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def compute(quick: bool = False, seed: int = 0) -> dict[str, Any]:
         for row in read_json(bridge)["rows"]:
             data["bridge"].append({"model": row["model"], "preset": row["label"], "step_seconds_mean": row.get("step_seconds_mean"),
                                    "seeds": len(row.get("seeds", []))})
+    data["layouts"] = _layout_ratios(paper_repro("step_cost"))
     notes = []
     if not data["update_time"]:
         notes.append("no benchmarks/results/update_time_*.json here (python benchmarks/update_time.py writes one)")
@@ -59,6 +64,25 @@ def compute(quick: bool = False, seed: int = 0) -> dict[str, Any]:
     if notes:
         data["note"] = "; ".join(notes)
     return data
+
+
+def _layout_ratios(folder: Path) -> list[dict[str, Any]]:
+    """SeeUPO / GRPO per scoring layout in each ``multiturn_cost`` record of ``folder`` (tokens; seconds if timed)."""
+    out = []
+    for path in sorted(folder.glob("multiturn_cost_*.json")) if folder.exists() else []:
+        record = read_json(path)
+        by = {(r["preset"], r["layout"]): r for r in record["results"]}
+        s = record["settings"]
+        for layout in ("per_row", "packed", "prefix_shared"):
+            see, grpo = by.get(("seeupo", layout)), by.get(("grpo", layout))
+            if see is None or grpo is None:
+                continue
+            row = {"file": rel(path), "turns": s["turns"], "context": s["context"], "layout": layout,
+                   "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values())}
+            if "seconds" in see and "seconds" in grpo:
+                row["seconds_ratio"] = sum(see["seconds"].values()) / sum(grpo["seconds"].values())
+            out.append(row)
+    return out
 
 
 def _ratios(rows: list[dict[str, Any]], time_key: str) -> dict[str, dict[str, float]]:
@@ -76,7 +100,7 @@ def _ratios(rows: list[dict[str, Any]], time_key: str) -> dict[str, dict[str, fl
 
 def plot(data: dict[str, Any], path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     ax = axes[0]
     models = list(dict.fromkeys(r["model"] for r in data["bridge"]))
     presets = list(dict.fromkeys(r["preset"] for r in data["bridge"]))
@@ -119,9 +143,35 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_ylabel("SeeUPO time / baseline time (log)")
     ax.set_title("ratios" + ("" if data["update_time"] else " (no update_time benchmark file here)"))
     ax.legend(fontsize=6, loc="upper right")
+    _plot_layouts(axes[2], data)
     fig.suptitle("Step time: SeeUPO vs the baselines (CPU, tiny models; the paper: 14B models on GPUs)")
     fig.tight_layout()
     save(fig, path)
+
+
+def _plot_layouts(ax, data: dict[str, Any]) -> None:
+    """SeeUPO / GRPO per scoring layout: what the comparison depends on."""
+    rows = data.get("layouts") or []
+    ax.axhspan(*data["paper_ratio"], color="#ffe082", alpha=0.6, label="paper (both unpacked)")
+    ax.axhline(1.0, color="black", lw=0.8)
+    shapes = list(dict.fromkeys((r["turns"], r["context"]) for r in rows))
+    layouts = ("per_row", "packed", "prefix_shared")
+    width = 0.8 / max(1, 2 * len(shapes))
+    for k, (turns, context) in enumerate(shapes):
+        for j, key in enumerate(("tokens_ratio", "seconds_ratio")):
+            vals = {r["layout"]: r.get(key) for r in rows if (r["turns"], r["context"]) == (turns, context)}
+            xs = [i + (2 * k + j) * width for i, lay in enumerate(layouts) if vals.get(lay)]
+            if xs:
+                ax.bar(xs, [vals[lay] for lay in layouts if vals.get(lay)], width, color=f"C{k}",
+                       alpha=1.0 if j else 0.45, label=f"T={turns}, context {context}: {key.split('_')[0]}")
+        ax.axhline((turns + 1) / 2, color=f"C{k}", ls=":", lw=1)
+    if not rows:
+        ax.text(0.5, 0.5, "no paper_repro/step_cost records", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([i + width * (2 * len(shapes) - 1) / 2 for i in range(len(layouts))],
+                  ["per row (paper)", "packed", "prefix-shared (default)"])
+    ax.set_ylabel("SeeUPO / GRPO, one training step")
+    ax.set_title("by scoring layout (dotted: (T+1)/2)", fontsize=9)
+    ax.legend(fontsize=6, loc="upper left")
 
 
 if __name__ == "__main__":

@@ -138,6 +138,8 @@ class OptimConfig:
       turn's first optimizer step instead of a separate no-gradient pass, where the schedule
       allows (one minibatch per turn: :func:`seeupo.core.update.fused_sequential_sweep`); the
       same update (a language model's weights serve every turn); ``false``: the reference sweep.
+      Only with a packed layout, where the finished turn's rows carry the next turn's (one pass
+      instead of two); with ``scoring: per_row`` the reference sweep runs either way.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).

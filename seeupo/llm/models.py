@@ -19,6 +19,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -128,6 +129,28 @@ def tiny_qwen3(seed: int = 0, vocab: int = 512, dtype: torch.dtype = torch.float
     model = model.to(dtype)
     model.eval()
     return model, tokenizer
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name of ``model.forward``'s key/value cache argument: ``"cache"`` (transformers >= 5.24,
+    which deprecates ``past_key_values``, removal announced for 5.40) or ``"past_key_values"``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def keeps_every_key(config: Any) -> bool:
+    """Whether a transformers model of ``config`` keeps every token's key and value in its cache.
+
+    Full-attention layers do; sliding-window and linear-attention (hybrid) layers keep other
+    states, so their cache cannot be extended from, or shared by, other sequences.
+    """
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
 
 
 def norms_in_model_dtype(model: torch.nn.Module) -> torch.nn.Module:

@@ -21,12 +21,13 @@ tokens were drawn from.
 
 from __future__ import annotations
 
-import inspect
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from seeupo.llm.models import cache_argument, keeps_every_key
 
 Tensor = torch.Tensor
 
@@ -192,19 +193,12 @@ class HFGenerateEngine:
         return out
 
     def _cache_kwarg(self) -> str:
-        # transformers >= 5.24 names it `cache` (`past_key_values` is deprecated); older ones `past_key_values`
-        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        return cache_argument(self.model)
 
     def _reuses(self) -> bool:
         if not self.reuse_contexts or self.max_cached == 0:
             return False
-        if getattr(self.model.config, "is_encoder_decoder", False):
-            return False
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
-
-        # sliding-window and hybrid (linear-attention) layers do not keep every token's key/value
-        return all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.model.config).layers)
+        return keeps_every_key(self.model.config)
 
     def _match(self, prompt: list[int]) -> tuple[int | None, int]:
         """The kept sequence sharing the longest prefix with ``prompt``, and how many of its tokens to reuse (< ``len(prompt)``)."""

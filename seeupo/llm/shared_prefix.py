@@ -32,13 +32,9 @@ from typing import Any, Iterator
 
 import torch
 
+from seeupo.llm.models import cache_argument, keeps_every_key
+
 Tensor = torch.Tensor
-
-
-def cache_argument(model: torch.nn.Module) -> str:
-    """The name of ``model.forward``'s key/value cache argument: ``"cache"`` (transformers >= 5.24,
-    which deprecates ``past_key_values``) or ``"past_key_values"``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _checkpointed_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -58,11 +54,8 @@ def prefix_sharing_unsupported(model: torch.nn.Module) -> str | None:
     parameters = inspect.signature(model.forward).parameters
     if config is None or not ({"cache", "past_key_values"} & set(parameters)):
         return f"{type(model).__name__} takes no key/value cache"
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"its layers are {sorted(kinds)}, not all full attention"
-    if getattr(config, "use_sliding_window", False):
-        return "it uses sliding-window attention"
+    if not keeps_every_key(config):
+        return "not all its layers are full attention (sliding-window or linear-attention layers)"
     if any(not hasattr(m, "_can_checkpoint_with_cache") for m in _checkpointed_layers(model)):
         return "this transformers version drops the cache of checkpointed layers (needs >= 5.23)"
     return None
@@ -195,7 +188,8 @@ def forward_shared(
                     **{name: shared}, **kwargs)
     # FSDP gathers a layer's parameters for the backward pass when the gradient reaches the layer's
     # output; the prefix call's last layer gets its gradient through its keys and values only, so
-    # an exact 0 that depends on the prefix call's output makes the gradient reach it there too
+    # an exact 0 that depends on the prefix call's output makes the gradient reach it there too (one
+    # element: a sum could overflow in half precision, and 0 * inf is not 0)
     first = next(iter(out.keys()))
-    out[first] = out[first] + 0.0 * prefix_out[next(iter(prefix_out.keys()))].sum()
+    out[first] = out[first] + 0.0 * prefix_out[next(iter(prefix_out.keys()))].flatten()[0]
     return out, prefix

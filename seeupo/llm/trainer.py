@@ -267,7 +267,9 @@ class Trainer:
             logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
             micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
             row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
-            fuse_ratio_passes=cfg.optim.fuse_ratio_passes,
+            # per row, a fused step would forward the finished turn's rows with gradient, apart from
+            # the trained ones: more work, not less (benchmarks/RESULTS.md, issue 18)
+            fuse_ratio_passes=cfg.optim.fuse_ratio_passes and cfg.optim.scoring != "per_row",
         ))
         m_logs = {}
         if cfg.logging.m_final or cfg.logging.m_drift:

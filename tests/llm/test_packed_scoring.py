@@ -249,9 +249,10 @@ def test_prefix_shared_falls_back_where_it_cannot_run(exact64):
     model, _ = exact64
     sliding = copy.deepcopy(model)
     sliding.config.layer_types = ["sliding_attention"] * len(sliding.config.layer_types)
-    assert "not all full attention" in prefix_sharing_unsupported(sliding)
+    sliding.config.sliding_window = 4
+    assert "not all its layers are full attention" in prefix_sharing_unsupported(sliding)
     assert prefix_sharing_unsupported(model) is None
-    with pytest.warns(UserWarning, match="falls back to 'packed'.*not all full attention"):
+    with pytest.warns(UserWarning, match="falls back to 'packed'.*not all its layers are full attention"):
         assert effective_scoring(sliding, "prefix_shared") == "packed"
     assert effective_scoring(sliding, "per_row") == "per_row"
     with pytest.raises(ValueError, match="unknown scoring 'rows'"):
