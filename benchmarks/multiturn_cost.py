@@ -51,7 +51,7 @@ under the same load.
 model of the same configuration but 0 transformer layers (embedding, final norm and head), so every
 pass runs (backward included) and is counted as usual; times and memory are not reported.
 
-Results go to ``benchmarks/results/multiturn_cost_T<turns>[_early<F>][_count].json``; the section "Multi-turn
+Results go to ``benchmarks/results/multiturn_cost_T<turns>[_context<C>][_early<F>][_count].json``; the section "Multi-turn
 cost per step (issue 18)" of ``benchmarks/RESULTS.md`` is written by hand from them. Usage::
 
     python benchmarks/multiturn_cost.py --model tiny-qwen3 --turns 5 --count-only
@@ -492,7 +492,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if not args.no_record:
         (HERE / "results").mkdir(exist_ok=True)
-        tag = f"T{args.turns}" + (f"_early{args.early_end:g}" if args.early_end else "") + ("_count" if args.count_only else "")
+        tag = (f"T{args.turns}" + (f"_context{args.context}" if args.context != 5833 else "")
+               + (f"_early{args.early_end:g}" if args.early_end else "") + ("_count" if args.count_only else ""))
         (HERE / "results" / f"multiturn_cost_{tag}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
