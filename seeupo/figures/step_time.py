@@ -68,7 +68,7 @@ def compute(quick: bool = False, seed: int = 0) -> dict[str, Any]:
 
 def _layout_ratios(folder: Path) -> list[dict[str, Any]]:
     """SeeUPO / GRPO per scoring layout in each ``multiturn_cost`` record of ``folder`` (tokens; seconds if timed)."""
-    out = []
+    rows: dict[tuple, dict[str, Any]] = {}
     for path in sorted(folder.glob("multiturn_cost_*.json")) if folder.exists() else []:
         record = read_json(path)
         by = {(r["preset"], r["layout"]): r for r in record["results"]}
@@ -77,12 +77,15 @@ def _layout_ratios(folder: Path) -> list[dict[str, Any]]:
             see, grpo = by.get(("seeupo", layout)), by.get(("grpo", layout))
             if see is None or grpo is None:
                 continue
-            row = {"file": rel(path), "turns": s["turns"], "context": s["context"], "layout": layout,
-                   "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values())}
+            row = {"file": rel(path), "turns": s["turns"], "context": s["context"], "early_end": s.get("early_end", 0.0),
+                   "layout": layout, "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values())}
             if "seconds" in see and "seconds" in grpo:
                 row["seconds_ratio"] = sum(see["seconds"].values()) / sum(grpo["seconds"].values())
-            out.append(row)
-    return out
+            key = (row["turns"], row["context"], row["early_end"], layout)
+            # a timed record of a shape is kept over a count-only one (the same exact token counts)
+            if key not in rows or "seconds_ratio" in row:
+                rows[key] = row
+    return list(rows.values())
 
 
 def _ratios(rows: list[dict[str, Any]], time_key: str) -> dict[str, dict[str, float]]:
@@ -154,16 +157,17 @@ def _plot_layouts(ax, data: dict[str, Any]) -> None:
     rows = data.get("layouts") or []
     ax.axhspan(*data["paper_ratio"], color="#ffe082", alpha=0.6, label="paper (both unpacked)")
     ax.axhline(1.0, color="black", lw=0.8)
-    shapes = list(dict.fromkeys((r["turns"], r["context"]) for r in rows))
+    shapes = list(dict.fromkeys((r["turns"], r["context"], r["early_end"]) for r in rows))
     layouts = ("per_row", "packed", "prefix_shared")
     width = 0.8 / max(1, 2 * len(shapes))
-    for k, (turns, context) in enumerate(shapes):
+    for k, (turns, context, early) in enumerate(shapes):
+        name = f"T={turns}, context {context}" + (f", {early:g} end early" if early else "")
         for j, key in enumerate(("tokens_ratio", "seconds_ratio")):
-            vals = {r["layout"]: r.get(key) for r in rows if (r["turns"], r["context"]) == (turns, context)}
+            vals = {r["layout"]: r.get(key) for r in rows if (r["turns"], r["context"], r["early_end"]) == (turns, context, early)}
             xs = [i + (2 * k + j) * width for i, lay in enumerate(layouts) if vals.get(lay)]
             if xs:
                 ax.bar(xs, [vals[lay] for lay in layouts if vals.get(lay)], width, color=f"C{k}",
-                       alpha=1.0 if j else 0.45, label=f"T={turns}, context {context}: {key.split('_')[0]}")
+                       alpha=1.0 if j else 0.45, label=f"{name}: {key.split('_')[0]}")
         ax.axhline((turns + 1) / 2, color=f"C{k}", ls=":", lw=1)
     if not rows:
         ax.text(0.5, 0.5, "no paper_repro/step_cost records", ha="center", va="center", transform=ax.transAxes)
@@ -171,7 +175,9 @@ def _plot_layouts(ax, data: dict[str, Any]) -> None:
                   ["per row (paper)", "packed", "prefix-shared (default)"])
     ax.set_ylabel("SeeUPO / GRPO, one training step")
     ax.set_title("by scoring layout (dotted: (T+1)/2)", fontsize=9)
-    ax.legend(fontsize=6, loc="upper left")
+    top = max([r.get("seconds_ratio") or r["tokens_ratio"] for r in rows] + [(t + 1) / 2 for t, _, _ in shapes] + [2.0])
+    ax.set_ylim(0, 1.6 * top)  # room for the legend above the bars
+    ax.legend(fontsize=6, loc="upper left", ncol=2)
 
 
 if __name__ == "__main__":

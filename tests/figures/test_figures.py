@@ -182,3 +182,13 @@ def test_step_time_reads_update_time_benchmark_files(tmp_path, monkeypatch):
     assert data["bridge"], "the committed bridge sweep is read from the repository"
     module("step_time").plot(json.loads(json.dumps(data)), tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 5_000
+
+
+def test_step_time_reads_the_committed_multiturn_cost_records():
+    data = module("step_time").compute()
+    rows = {(r["turns"], r["context"], r["layout"]): r for r in data["layouts"] if not r["early_end"]}
+    # the recorded step at T = 10, first context 5,833: tokens exact, seconds measured (paper_repro/step_cost)
+    shared, packed = rows[(10, 5833, "prefix_shared")], rows[(10, 5833, "packed")]
+    assert shared["tokens_ratio"] == pytest.approx(286_017 / 96_720) and packed["tokens_ratio"] == pytest.approx(775_968 / 219_192)
+    assert shared["seconds_ratio"] > 1.0 and packed["seconds_ratio"] > shared["seconds_ratio"]
+    assert rows[(5, 5833, "per_row")]["tokens_ratio"] == pytest.approx(1_021_416 / 801_960)
