@@ -118,6 +118,8 @@ benchmark: $(BIN)/seeupo
 SHAPE ?= qwen3-1.7b
 benchmark-gpu: $(BIN)/seeupo
 	$(BIN)/python benchmarks/gpu_train.py --shape $(SHAPE)
+	# one training step per scoring layout at the BFCL shape (issue 18), on the GPU
+	$(BIN)/python benchmarks/multiturn_cost.py --shape $(SHAPE) --dtype bfloat16 --device cuda --turns 10 --presets grpo,seeupo
 
 clean:
 	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) $(VERL_VENV) results .pytest_cache .hypothesis

@@ -56,6 +56,7 @@ cost per step (issue 18)" of ``benchmarks/RESULTS.md`` is written by hand from t
 
     python benchmarks/multiturn_cost.py --model tiny-qwen3 --turns 5 --count-only
     python benchmarks/multiturn_cost.py --model tiny-qwen3 --turns 10 --context 1000
+    python benchmarks/multiturn_cost.py --shape qwen3-1.7b --dtype bfloat16 --device cuda --turns 10   # a GPU
 """
 
 from __future__ import annotations
@@ -343,19 +344,36 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     return result
 
 
+def shape_model(shape: str, dtype: torch.dtype) -> torch.nn.Module:
+    """A randomly initialised Qwen3 of a released model's shape (``gpu_train.SHAPES``: ``qwen3-1.7b``, ...)."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    sys.path.insert(0, str(HERE))
+    from gpu_train import SHAPES
+
+    torch.manual_seed(0)
+    config = Qwen3Config(**SHAPES[shape], max_position_embeddings=65536)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
 def _setup(args: argparse.Namespace):
     """The model (0 layers with ``--count-only``), the batch and the per-row row lengths."""
     from seeupo.llm.build import load_model
 
-    model, tokenizer = load_model(args.model, "float32", 0)
-    vocab = min(model.config.vocab_size, len(tokenizer))
-    low = len(tokenizer.all_special_ids) + 3  # skip the special ids at the start of the vocabularies used here
+    dtype = getattr(torch, args.dtype)
+    if args.shape is not None:  # random weights of a real shape: token ids anywhere past the first few
+        model, pad, low = shape_model(args.shape, dtype), 0, 10
+        vocab = model.config.vocab_size
+    else:
+        model, tokenizer = load_model(args.model, args.dtype, 0)
+        vocab, pad = min(model.config.vocab_size, len(tokenizer)), tokenizer.pad_token_id or 0
+        low = len(tokenizer.all_special_ids) + 3  # skip the special ids at the start of the vocabularies used here
     if args.count_only:
         model = zero_layer_copy(model)
     model = model.to(args.device)
     batch, taken = bfcl_batch(vocab, low, tasks=args.tasks, group=args.group, turns=args.turns, context=args.context,
                               response=args.response, observation=args.observation, early_end=args.early_end,
-                              pad_token_id=tokenizer.pad_token_id or 0, seed=args.seed)
+                              pad_token_id=pad, seed=args.seed)
     return model, batch, row_lengths(taken, args.turns, args.context, args.response, args.observation)
 
 
@@ -415,6 +433,8 @@ def _parse_list(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-qwen3")
+    p.add_argument("--shape", default=None, help="instead of --model: a random Qwen3 of a real shape (qwen3-1.7b, qwen3-8b)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the models' dtype (GPU: bfloat16)")
     p.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets")
     p.add_argument("--scoring", default=",".join(LAYOUTS), help="comma-separated layouts (CausalLMPolicy's scoring)")
     p.add_argument("--tasks", type=int, default=1, help="tasks per step, each rolled out --group times")
@@ -444,6 +464,10 @@ def main(argv: list[str] | None = None) -> dict:
         if value < least:
             print(f"error: {flag} must be >= {least}, got {value}", file=sys.stderr)
             sys.exit(2)
+    shapes = ("qwen3-1.7b", "qwen3-8b", "tiny")  # benchmarks/gpu_train.py's SHAPES
+    if args.shape is not None and args.shape not in shapes:
+        print(f"error: --shape takes one of {', '.join(shapes)}; got {args.shape!r}", file=sys.stderr)
+        sys.exit(2)
     if not 0.0 <= args.early_end <= 1.0:
         print(f"error: --early-end must be in [0, 1], got {args.early_end}", file=sys.stderr)
         sys.exit(2)
@@ -492,7 +516,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if not args.no_record:
         (HERE / "results").mkdir(exist_ok=True)
-        tag = (f"T{args.turns}" + (f"_context{args.context}" if args.context != 5833 else "")
+        tag = ((f"{args.shape}_" if args.shape else "") + f"T{args.turns}" + (f"_context{args.context}" if args.context != 5833 else "")
                + (f"_early{args.early_end:g}" if args.early_end else "") + ("_count" if args.count_only else ""))
         (HERE / "results" / f"multiturn_cost_{tag}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record

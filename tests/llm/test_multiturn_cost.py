@@ -90,3 +90,21 @@ def test_cli_rejects_unknown_presets_with_exit_2(bench, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--presets", "grpo,nope", "--no-record"])
     assert exc.value.code == 2 and "--presets" in capsys.readouterr().err
+
+
+def test_a_real_shape_counts_like_any_model(bench):
+    # --shape builds a random Qwen3 of a released configuration (here the tiny one); --count-only drops its layers
+    args = bench.argparse.Namespace(shape="tiny", model=None, dtype="float32", count_only=True, device="cpu", tasks=1,
+                                    group=2, turns=3, context=7, response=3, observation=2, early_end=0.0, seed=0)
+    model, batch, lengths = bench._setup(args)
+    assert model.config.vocab_size == 512 and len(model.base_model.layers) == 0
+    assert int(batch.data["input_ids"].max()) < 512 and lengths[0] == [10, 15, 20]
+    cfg = preset("grpo", group_size=2, kl_coef=0.002)
+    got = bench.measure_step(model, batch, cfg, "per_row", timed=False)
+    assert got["tokens"]["logp_old"] == 2 * (10 + 15 + 20)
+
+
+def test_cli_rejects_an_unknown_shape_with_exit_2(bench, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--shape", "qwen9", "--no-record"])
+    assert exc.value.code == 2 and "--shape" in capsys.readouterr().err
