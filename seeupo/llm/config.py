@@ -133,7 +133,10 @@ class OptimConfig:
       ids); ``"prefix_shared"`` (the default) also forwards the prompt a task's rollouts share
       once per pass (verl's PrefixGrouper idea, through a key/value cache kept in the autograd
       graph; models it cannot run on fall back to ``"packed"`` with a warning); ``"per_row"``
-      forwards every row by itself (the reference layout).
+      forwards every row by itself (the reference layout). Fewer tokens is not always less time:
+      the prompt's keys are read through a cache, which PyTorch's CPU attention handles with an
+      explicit mask, so on a CPU with a small model ``"packed"`` was faster when the trajectories
+      after the prompt are as long as the prompt (benchmarks/RESULTS.md, issue 18).
     fuse_ratio_passes: a sequential update (SeeUPO) reads each turn's ratio for ``M`` in the next
       turn's first optimizer step instead of a separate no-gradient pass, where the schedule
       allows (one minibatch per turn: :func:`seeupo.core.update.fused_sequential_sweep`); the
