@@ -239,8 +239,10 @@ def test_trainer_with_the_vllm_engine_samples_from_the_updated_weights(engine, t
     from seeupo.llm.config import load_train_config
     from seeupo.llm.trainer import Trainer
 
+    # 40 warm-up steps (the bridge's default): the sampled answers are valid and their rewards differ within a
+    # group, so the first update has a non-zero gradient (after 5, every reward was 0 and the gradient exactly 0)
     cfg = load_train_config(None, ["rollout.engine=vllm", "rollout.max_context=256", "rollout.tasks_per_step=2",
-                                   "algorithm.group_size=2", "env.options.warmup_steps=5", "env.options.num_tasks=4",
+                                   "algorithm.group_size=2", "env.options.warmup_steps=40", "env.options.num_tasks=4",
                                    "optim.lr=3e-3", "steps=2", "logging.progress=false", f"out_dir={tmp_path}"])
     trainer = Trainer(cfg)
     assert type(trainer.engine).__name__ == "VLLMEngine"
