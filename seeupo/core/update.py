@@ -298,7 +298,8 @@ def _optimizer_step(
         micro_weight = weight[rows]
         if pending is not None:  # F takes the finished rows' ratios under the weights this step starts from
             finished = pending.finished[rows]
-            pending.factor = _advanced(pending.factor, micro.select(finished), logp[finished].detach(), cfg)
+            done = micro.select(finished)
+            pending.factor = _advanced(pending.factor, done, _ratio(done, logp[finished].detach(), cfg), cfg)
             micro_weight = torch.where(finished[:, None], 0.0, micro_weight * pending.factor[micro.traj_id][:, None])
             logp = torch.where(finished[:, None], micro.logp_old.to(logp.dtype), logp)  # ratio 1: adds exactly 0
         objective, info = policy_objective(
@@ -435,11 +436,11 @@ def _ratio(turn_batch: SampleBatch, logp: Tensor, cfg: AlgorithmConfig) -> Tenso
     return torch.where(turn_batch.valid, log_ratio.exp(), torch.ones_like(log_ratio))
 
 
-def _advanced(factor: Tensor, turn_batch: SampleBatch, logp: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def _advanced(factor: Tensor, turn_batch: SampleBatch, ratio: Tensor, cfg: AlgorithmConfig) -> Tensor:
     """``factor`` with ``F[traj] <- m_factor(F[traj], ratio)`` on ``turn_batch``'s trajectories (a new tensor)."""
     traj = turn_batch.traj_id
     factor = factor.clone()
-    factor[traj] = M_FACTORS.get(cfg.m_factor).fn(factor[traj], _ratio(turn_batch, logp, cfg).to(factor.dtype), cfg)
+    factor[traj] = M_FACTORS.get(cfg.m_factor).fn(factor[traj], ratio.to(factor.dtype), cfg)
     return factor
 
 
@@ -463,9 +464,7 @@ def advance_factor(
     if not M_FACTORS.get(cfg.m_factor).uses_ratio:
         return factor
     rows = batch.select(batch.turn == turn)
-    with torch.no_grad():
-        logp = score_rows(policy.token_logps, rows, dp).to(rows.logp_old.device)
-    return _advanced(factor, rows, logp, cfg)
+    return _advanced(factor, rows, turn_ratio(policy, rows, cfg, dp), cfg)
 
 
 def current_factor(

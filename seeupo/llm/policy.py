@@ -186,10 +186,8 @@ def _scoring_passes(
     serves reads). The forwarded rows are micro-batched by the tokens they forward
     (:func:`micro_batches`, :func:`shared_micro_batches`). With ``collective``, the passes are
     padded with dummy passes to the largest count over the processes, so that a sharded model's
-    collectives match.
+    collectives match. ``scoring`` is one :func:`effective_scoring` returned.
     """
-    if scoring not in get_args(Scoring):
-        raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
     data = batch.data
     live = _live_rows(batch).cpu()
     lengths = data["attention_mask"].sum(1).cpu()
@@ -273,8 +271,9 @@ class CausalLMPolicy(torch.nn.Module):
       model: the causal LM (its parameters are this policy's parameters).
       temperature: the sampling temperature ``tau``; :meth:`token_logps` scores under
         ``softmax(logits / tau)``.
-      micro_batch_rows: at most this many rows per forward pass.
-      micro_batch_tokens: optional budget of padded tokens (rows x longest row) per pass.
+      micro_batch_rows: at most this many rows forwarded per pass (``None``: no limit).
+      micro_batch_tokens: optional budget of padded tokens forwarded per pass (rows x longest row;
+        with ``"prefix_shared"`` the prefix call's tokens too).
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
