@@ -28,10 +28,11 @@ these pass types:
 Measured per pass type and per step:
 
 * **tokens forwarded, exact**: a forward pre-hook on each model's backbone (policy, reference,
-  critic) adds the sum of the attention mask over the positions the call computes (all input
-  positions when the call has no 2-D mask). These counts depend only on the batch and on the
+  critic) adds the real tokens the call computes (:func:`seeupo.llm.tree_attention.call_tokens`:
+  a packed row's real tokens, or the sum of a 2-D attention mask; all input positions without one). These counts depend only on the batch and on the
   layout the policy uses, not on the hardware. ``padded`` also counts the padding positions
-  (``input_ids.numel()``), the work a dense kernel does. No data parallelism here, so no dummy
+  (``input_ids.numel()``: right-padded rows, or the flex kernel's padding of a packed row to a
+  multiple of 128), the work a dense kernel does. No data parallelism here, so no dummy
   passes (under torchrun each would count 1 token). The per-row arithmetic (the sum over rows of
   context + response) is printed next to the counts, per pass type, as a check;
 * **wall time** (``time.perf_counter``, CUDA synchronised). ``update`` = the time of
@@ -197,15 +198,18 @@ class PassCounter:
         self.tokens: dict[str, int] = {}
         self.padded: dict[str, int] = {}
         self.calls: dict[str, int] = {}
+        self.pairs: dict[str, int] = {}  # (query, key) pairs of causal attention (model FLOPs)
+        self.reads: dict[str, int] = {}  # response tokens scored (the LM head's positions)
 
     def hook(self, module, args, kwargs) -> None:
+        from seeupo.llm.tree_attention import attention_pairs, call_tokens
+
         ids = kwargs.get("input_ids", args[0] if args else None)
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-        shape = ids.shape if ids is not None else kwargs["inputs_embeds"].shape[:2]
-        padded = int(shape[0]) * int(shape[1])
-        # with a key/value cache the mask also covers the cached positions: count the computed ones
-        real = int(mask[:, -shape[1]:].sum()) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else padded
-        for d, v in ((self.tokens, real), (self.padded, padded), (self.calls, 1)):
+        if ids is None:
+            ids = kwargs["inputs_embeds"][..., 0]
+        real, padded = call_tokens(ids, mask)
+        for d, v in ((self.tokens, real), (self.padded, padded), (self.calls, 1), (self.pairs, attention_pairs(ids, mask))):
             d[self.phase] = d.get(self.phase, 0) + v
 
     def attach(self, backbone: torch.nn.Module):
@@ -283,10 +287,13 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     ratio_seconds = [0.0]
 
     def token_logps(b):
+        reads = int(b.token_mask[b.valid].sum())
         if torch.is_grad_enabled():
             counter.phase = "update"
+            counter.reads["update"] = counter.reads.get("update", 0) + reads
             return inner(b)
         counter.phase = "m_ratio"
+        counter.reads["m_ratio"] = counter.reads.get("m_ratio", 0) + reads
         sync()
         start = time.perf_counter()
         out = inner(b)
@@ -337,6 +344,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     result = {
         "tokens": {p: counter.tokens[p] for p in order}, "padded": {p: counter.padded[p] for p in order},
         "calls": {p: counter.calls[p] for p in order}, "optimizer_steps": stats.steps, "scoring_passed_to": passed,
+        "attention_pairs": {p: counter.pairs[p] for p in order}, "reads": dict(counter.reads),
     }
     if timed:
         result["seconds"] = {p: seconds[p] for p in order}

@@ -240,8 +240,16 @@ def _typed(value: Any, hint: Any, field: str, bounds: dict[str, tuple[float, flo
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in params:
             return None
-        (inner,) = [p for p in params if p is not type(None)]
-        return _typed(value, inner, field, bounds)
+        inner = [p for p in params if p is not type(None)]
+        if len(inner) == 1:
+            return _typed(value, inner[0], field, bounds)
+        errors = []
+        for option in inner:  # e.g. bool | Literal["auto"]: the first type that takes the value
+            try:
+                return _typed(value, option, field, bounds)
+            except InputError as error:
+                errors.append(error.message)
+        raise InputError(field, "; or ".join(errors))
     if origin is tuple:
         if not isinstance(value, list):
             raise InputError(field, f"must be a list, got {type_name(value)}")

@@ -96,16 +96,17 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
         # generation makes a different number of forward passes on each process, which a
         # sharded model cannot: each process samples from a full replica, synced every step
         rollout_model = rollout_replica(model, dist.device, torch.bfloat16 if par.mixed_precision == "bf16" else None)
+    # one process trains on the CPU; under torchrun each process on its own device
+    if par.checkpointing_on(dist.device if dist is not None else "cpu"):
+        enable_activation_checkpointing(model)
+        if critic is not None:
+            enable_activation_checkpointing(critic.backbone)
     if dist is not None:
         shard = dict(mixed_precision=par.mixed_precision, cpu_offload=par.cpu_offload)
-        if par.activation_checkpointing:
-            enable_activation_checkpointing(model)
         shard_model(model, dist, **shard)
         if reference_model is not None:
             shard_model(reference_model, dist, **shard)
         if critic is not None:
-            if par.activation_checkpointing:
-                enable_activation_checkpointing(critic.backbone)
             shard_model(critic, dist, layers_of=critic.backbone, **shard)
     policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, **passes)
     reference = None

@@ -20,7 +20,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     out_dir: runs/seeupo
     logging: {tensorboard: false, wandb_project: null, progress: true}
     checkpoint: {every: 10, keep: 2}
-    parallel: {mixed_precision: bf16, activation_checkpointing: true, cpu_offload: false}  # torchrun only
+    parallel: {mixed_precision: bf16, activation_checkpointing: auto, cpu_offload: false}  # auto: on CUDA
     limits:  {allow_large: false}   # see check_for_training
     plugins: [my_estimator.py]      # user code registering algorithm pieces (seeupo.plugins)
 
@@ -122,17 +122,20 @@ class OptimConfig:
       (gradient accumulation is exact, see :func:`seeupo.core.update.policy_update`). With a
       packed layout the rows forwarded are trajectories (each carries its earlier turns);
       ``null``: no row limit.
-    micro_batch_tokens: at most this many padded tokens forwarded per pass (the prefix call's
-      included), so that long multi-turn contexts fit (a dynamic batch size; verl's
-      ``ppo_max_token_len_per_gpu``); a row longer than it gets a pass of its own; ``null``: no
+    micro_batch_tokens: at most this many tokens forwarded per pass (a packed row's real tokens;
+      right-padded rows count their padding), so that long multi-turn contexts fit (a dynamic batch size; verl's
+      ``ppo_max_token_len_per_gpu``); a row longer than it gets a pass of its own; ``null``: on a
+      GPU, a budget chosen from the model's shape and the device's free memory at the first pass
+      (:mod:`seeupo.llm.memory`; a row that cannot fit is one error before the step), on the CPU no
       token limit.
     scoring: how the policy, the reference and the critic forward a batch (:mod:`seeupo.llm.policy`;
       the same numbers and gradients up to rounding in every layout). ``"packed"`` forwards each
       trajectory's longest row once and reads every earlier turn's log-probabilities (values)
       from it, since an earlier turn's row is a token prefix of a later one (checked on the token
       ids); ``"prefix_shared"`` (the default) also forwards the prompt a task's rollouts share
-      once per pass (verl's PrefixGrouper idea, through a key/value cache kept in the autograd
-      graph; models it cannot run on fall back to ``"packed"`` with a warning); ``"per_row"``
+      once per pass (verl's PrefixGrouper idea: the pass's rows packed into one row under tree
+      attention, :mod:`seeupo.llm.tree_attention`; models it cannot run on fall back to ``"packed"``
+      with a warning); ``"per_row"``
       forwards every row by itself (the reference layout). Fewer tokens is not always less time:
       the prompt's keys are read through a cache, which PyTorch's CPU attention handles with an
       explicit mask, so on a CPU with a small model ``"packed"`` was faster when the trajectories
@@ -183,20 +186,37 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """Several processes (``torchrun``; see :mod:`seeupo.llm.distributed` and docs/distributed.md).
+    """Several processes (``torchrun``; see :mod:`seeupo.llm.distributed` and docs/distributed.md), and memory.
 
-    Read only when the run is launched by ``torchrun``; a plain ``seeupo train`` is one process.
+    mixed_precision and cpu_offload are read only when the run is launched by ``torchrun``; a plain
+    ``seeupo train`` is one process.
     mixed_precision: ``"bf16"`` runs forward and backward passes in bfloat16 over float32 master
       weights (FSDP2 ``MixedPrecisionPolicy``, gradients reduced in float32); ``"none"``: the
       parameters' own dtype (``model.dtype``).
-    activation_checkpointing: recompute each decoder layer's activations in the backward pass.
+    activation_checkpointing: recompute each decoder layer's activations in the backward pass
+      instead of keeping them (every run, one process included). ``"auto"`` (the default): on where
+      the model trains on a GPU, where activations, not arithmetic, decide how many tokens a pass
+      can hold (with it a Qwen3-1.7B pass holds a whole BFCL group, about 34k tokens, on one 80 GB
+      GPU; without it about 14k), off on the CPU, where memory is rarely the limit and recomputing
+      costs about a third more time.
     cpu_offload: keep parameters, gradients and optimizer state on the CPU between uses (FSDP2
       ``CPUOffloadPolicy``): less GPU memory, slower steps.
     """
 
     mixed_precision: Literal["none", "bf16"] = "none"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | Literal["auto"] = "auto"
     cpu_offload: bool = False
+
+    def checkpointing_on(self, device: Any) -> bool:
+        """Whether activation checkpointing is on for a model training on ``device``."""
+        if self.activation_checkpointing == "auto":
+            return torch_device_type(device) == "cuda"
+        return bool(self.activation_checkpointing)
+
+
+def torch_device_type(device: Any) -> str:
+    """``"cuda"``, ``"cpu"``, ...: the type of a ``torch.device`` or a device string."""
+    return getattr(device, "type", None) or str(device).split(":")[0]
 
 
 @dataclass(frozen=True)

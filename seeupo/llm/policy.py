@@ -22,9 +22,19 @@ reference layout.
 Prefix-shared scoring (``scoring="prefix_shared"``, the default): packed, and the rollouts of one
 task (``group_id``) start from the same prompt, so each pass forwards the prefix its carriers share
 (checked on the ids, :func:`~seeupo.llm.layout.shared_prefix_lengths`, up to the first position
-any of them reads) once, and every carrier's remaining tokens attending to it
-(:mod:`seeupo.llm.shared_prefix`: two model calls per pass, the prefix's keys and values kept in
-the autograd graph). The same numbers and gradients again, up to summation order.
+any of them reads) once, and every carrier's remaining tokens attending to it. The same numbers
+and gradients again, up to summation order.
+
+Tree attention (:mod:`seeupo.llm.tree_attention`): under ``"packed"`` and ``"prefix_shared"`` a
+pass's forwarded rows are laid out as one packed row without padding (each group's prefix once,
+then each carrier's rest), forwarded by one model call whose attention lets a token see its own
+row's earlier tokens only (flex attention on CUDA, one sdpa call per segment elsewhere). A model
+it cannot run on (no transformers attention interface, sliding-window layers) forwards right-padded
+rows under ``"packed"``, and ``"prefix_shared"`` falls back to that with a warning.
+
+LM head: for a causal LM whose logits are its head applied to its backbone's last hidden state
+(:func:`plain_head`), the head runs on the read positions only (the response tokens), not on
+every position of the pass.
 
 Temperature: the sampling policy at temperature ``tau`` is ``softmax(logits / tau)``.
 :class:`CausalLMPolicy` scores under its ``temperature``, and the trainer must build it with the
@@ -41,11 +51,12 @@ not 1 at the sampling weights.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, get_args
+from typing import Any, Callable, Iterable, Iterator, get_args
 
 import torch
 
@@ -53,79 +64,67 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
 from seeupo.llm.layout import packing_plan, shared_prefix_lengths
-from seeupo.llm.shared_prefix import forward_shared, prefix_sharing_unsupported
+from seeupo.llm.memory import auto_token_budget, is_checkpointed
+from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree
 
 Tensor = torch.Tensor
 
 
 def micro_batches(
-    lengths: Tensor, rows: Tensor, micro_batch_rows: int | None, max_tokens: int | None
+    lengths: Tensor, rows: Tensor, micro_batch_rows: int | None, max_tokens: int | None, padded: bool = True
 ) -> Iterator[Tensor]:
-    """Split ``rows`` into micro-batches of at most ``micro_batch_rows`` rows and ``max_tokens`` padded tokens.
+    """Split ``rows`` into micro-batches of at most ``micro_batch_rows`` rows and ``max_tokens`` tokens.
 
     Rows are taken longest first so that rows of similar length share a micro-batch (less
-    padding). A single row longer than ``max_tokens`` still forms its own micro-batch. ``None``
-    lifts a limit.
+    padding). ``padded``: a micro-batch costs its rows x its longest row (right-padded rows);
+    otherwise the sum of its rows' lengths (rows packed into one row, :mod:`seeupo.llm.tree_attention`).
+    A single row longer than ``max_tokens`` still forms its own micro-batch. ``None`` lifts a limit.
     """
-    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
-    start = 0
-    while start < order.numel():
-        width = int(lengths[order[start]])  # longest row of this micro-batch comes first
-        count = micro_batch_rows if micro_batch_rows is not None else order.numel()
-        if max_tokens is not None:
-            count = max(1, min(count, max_tokens // max(width, 1)))
-        yield order[start : start + count]
-        start += count
+    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)].tolist()
+    current: list[int] = []
+    width = total = 0
+    for i in order:
+        n = int(lengths[i])
+        cost = (len(current) + 1) * max(width, n) if padded else total + n
+        too_many = micro_batch_rows is not None and len(current) >= micro_batch_rows
+        if current and (too_many or (max_tokens is not None and cost > max_tokens)):
+            yield torch.tensor(current, dtype=torch.long)
+            current, width, total = [], 0, 0
+        current.append(i)
+        width, total = max(width, n), total + n
+    if current:
+        yield torch.tensor(current, dtype=torch.long)
 
 
 def shared_micro_batches(
     group: Tensor, prefix: Tensor, lengths: Tensor, rows: Tensor, micro_batch_rows: int | None, max_tokens: int | None
 ) -> Iterator[Tensor]:
-    """Split ``rows`` into passes of :func:`~seeupo.llm.shared_prefix.forward_shared`.
+    """Split ``rows`` into prefix-shared passes (:func:`~seeupo.llm.tree_attention.pack_tree`).
 
     Rows are taken group by group (``group``), longest first within a group, so that a group's
     rows share a pass and its prefix is forwarded once. A pass holds at most ``micro_batch_rows``
-    rows and ``max_tokens`` padded tokens forwarded: its groups x their longest ``prefix`` (the
-    prefix call) plus its rows x their longest remainder ``lengths - prefix`` (the suffix call).
-    A single row over ``max_tokens`` still forms its own pass; ``None`` lifts a limit.
+    rows and ``max_tokens`` tokens forwarded: each of its groups' ``prefix`` once plus each row's
+    remainder ``lengths - prefix`` (one packed row, no padding). A single row over ``max_tokens``
+    still forms its own pass; ``None`` lifts a limit.
     """
     by_length = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
     order = by_length[torch.argsort(group[by_length], stable=True)].tolist()
     current: list[int] = []
     groups: set[int] = set()
-    longest_prefix = longest_suffix = 0
+    total = 0
     for i in order:
         g, p, s = int(group[i]), int(prefix[i]), int(lengths[i] - prefix[i])
-        cost = (len(groups | {g}) * max(longest_prefix, p, 1) + (len(current) + 1) * max(longest_suffix, s))
+        cost = total + s + (p if g not in groups else 0)
         too_many = micro_batch_rows is not None and len(current) >= micro_batch_rows
         if current and (too_many or (max_tokens is not None and cost > max_tokens)):
             yield torch.tensor(current, dtype=torch.long)
-            current, groups, longest_prefix, longest_suffix = [], set(), 0, 0
+            current, groups, total = [], set(), 0
+            cost = p + s
         current.append(i)
         groups.add(g)
-        longest_prefix, longest_suffix = max(longest_prefix, p), max(longest_suffix, s)
+        total = cost
     if current:
         yield torch.tensor(current, dtype=torch.long)
-
-
-def _dummy_pass(
-    model: torch.nn.Module, device: torch.device, head: torch.nn.Module | None = None, shared: bool = False
-) -> Tensor:
-    """A forward pass of one token (``shared``: a one-token prefix and a one-token suffix, the same two
-    calls as a real pass) giving a scalar 0 that depends on every parameter the real passes use.
-
-    Added to the output, it makes this process's backward pass reach the same modules as the
-    other processes' (FSDP reduces gradients module by module) while adding exactly 0.
-    """
-    if shared:
-        ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-        one = torch.ones(1, dtype=torch.long)
-        out, _ = forward_shared(model, ids, 2 * one, one, 0 * one)
-    else:
-        ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-        out = _run_backbone(model, ids, torch.ones_like(ids))
-    value = out.logits[0, 0, 0] if head is None else head(out.last_hidden_state[0, 0]).sum()
-    return 0.0 * value
 
 
 def _live_rows(batch: SampleBatch) -> Tensor:
@@ -141,9 +140,9 @@ class _Pass:
     """One forward pass: the rows it forwards and the rows whose numbers it gives.
 
     ``rows[k]`` reads its numbers from the forwarded row ``forwarded[slot[k]]``. With ``prefix``
-    (``scoring="prefix_shared"``) the pass makes two calls (:func:`forward_shared`): the first
-    ``prefix[i]`` tokens of ``forwarded[i]`` are computed once per group (``prefix_row[i]``), the
-    rest by the second call.
+    (tree attention, :mod:`seeupo.llm.tree_attention`) the forwarded rows are packed into one row:
+    the first ``prefix[i]`` tokens of ``forwarded[i]`` are shared by the rows of its group
+    ``prefix_row[i]`` and forwarded once (``"packed"``: no prefix, each row its own group).
     """
 
     forwarded: Tensor
@@ -162,7 +161,7 @@ def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
         raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
     if scoring != "prefix_shared":
         return scoring
-    reason = prefix_sharing_unsupported(model)
+    reason = enable_tree_attention(model)
     if reason is None:
         return scoring
     if (id(model), reason) not in _WARNED:
@@ -171,12 +170,22 @@ def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
     return "packed"
 
 
+def tree_kernel(model: torch.nn.Module, scoring: Scoring) -> TreeKernel | None:
+    """The tree-attention kernel of ``model``'s passes under ``scoring`` (one :func:`effective_scoring`
+    returned), or ``None`` for padded passes (``"per_row"``, or a model tree attention cannot run on)."""
+    if scoring == "per_row" or enable_tree_attention(model) is not None:
+        return None
+    return default_kernel(next(model.parameters()).device)
+
+
 def _scoring_passes(
     batch: SampleBatch,
     scoring: Scoring,
     micro_batch_rows: int | None,
     max_tokens: int | None,
     collective: DataParallel | None,
+    tree: bool = False,
+    strict_budget: bool = False,
 ) -> list[_Pass | None]:
     """The forward passes that score ``batch``'s live rows (``None``: a dummy pass).
 
@@ -184,9 +193,12 @@ def _scoring_passes(
     :func:`packing_plan` only; ``"prefix_shared"`` forwards the carriers with each group's shared
     prefix once per pass (:func:`shared_prefix_lengths`, up to the first position any row it
     serves reads). The forwarded rows are micro-batched by the tokens they forward
-    (:func:`micro_batches`, :func:`shared_micro_batches`). With ``collective``, the passes are
-    padded with dummy passes to the largest count over the processes, so that a sharded model's
-    collectives match. ``scoring`` is one :func:`effective_scoring` returned.
+    (:func:`micro_batches`, :func:`shared_micro_batches`): packed into one row under tree
+    attention (``tree``, which ``"prefix_shared"`` needs), else right-padded. With ``collective``,
+    the passes are padded with dummy passes to the largest count over the processes, so that a
+    sharded model's collectives match. ``strict_budget`` (a budget chosen from the device's
+    memory): a row longer than ``max_tokens`` is an error before any pass runs, not a pass that
+    runs out of memory. ``scoring`` is one :func:`effective_scoring` returned.
     """
     data = batch.data
     live = _live_rows(batch).cpu()
@@ -206,7 +218,14 @@ def _scoring_passes(
             group[forwarded_rows], data["input_ids"][forwarded_rows], lengths[forwarded_rows], first_read[forwarded_rows])
         plan = shared_micro_batches(group, prefix, lengths, forwarded_rows, micro_batch_rows, max_tokens)
     else:
-        plan = micro_batches(lengths, forwarded_rows, micro_batch_rows, max_tokens)
+        plan = micro_batches(lengths, forwarded_rows, micro_batch_rows, max_tokens, padded=not tree)
+    if strict_budget and max_tokens is not None and forwarded_rows.numel():
+        longest = int(lengths[forwarded_rows].max())
+        if longest > max_tokens:
+            raise ValueError(
+                f"a row of {longest} tokens cannot fit one pass: this device's memory allows {max_tokens} tokens per "
+                "pass (chosen from the model's shape and the free memory); turn on activation checkpointing, use a "
+                "larger GPU, or shorten the contexts (rollout.max_context)")
     slot_of = torch.full((batch.num_rows,), -1, dtype=torch.long)
     passes: list[_Pass | None] = []
     for forwarded in plan:
@@ -215,6 +234,8 @@ def _scoring_passes(
         shared = {}
         if prefix is not None:
             shared = {"prefix": prefix[forwarded], "prefix_row": torch.unique(group[forwarded], return_inverse=True)[1]}
+        elif tree:  # packed rows, no shared prefix: each row its own group
+            shared = {"prefix": torch.zeros(forwarded.numel(), dtype=torch.long), "prefix_row": torch.arange(forwarded.numel())}
         passes.append(_Pass(forwarded, live[served], slot_of[carrier[served]], **shared))
         slot_of[forwarded] = -1
     if collective is not None:
@@ -258,10 +279,26 @@ def _response_positions(batch: SampleBatch, rows: Tensor, width: int) -> tuple[T
     return pos, mask
 
 
-def _run_backbone(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, **kwargs):
-    """One forward pass with explicit position ids, so padding never shifts positions."""
-    position_ids = (attention_mask.cumsum(1) - 1).clamp_min(0)
-    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs)
+def plain_head(model: torch.nn.Module) -> tuple[str, torch.nn.Linear] | None:
+    """``(attribute, head)`` of a causal LM whose logits are exactly ``model.<attribute>(last hidden state)``, or ``None``.
+
+    That is the case of the Llama/Qwen/Mistral families; a model that scales or caps its logits
+    after the head (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``) or whose head
+    is not a linear child module (TableLM) is scored from its own ``logits``.
+    """
+    config = getattr(model, "config", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    if config is None or get_head is None:
+        return None
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    head = get_head()
+    names = [name for name, child in model.named_children() if child is head]
+    return (names[0], head) if isinstance(head, torch.nn.Linear) and len(names) == 1 else None
+
+
+# config fields of transformers causal LMs that change the logits after the LM head
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
 class CausalLMPolicy(torch.nn.Module):
@@ -272,8 +309,10 @@ class CausalLMPolicy(torch.nn.Module):
       temperature: the sampling temperature ``tau``; :meth:`token_logps` scores under
         ``softmax(logits / tau)``.
       micro_batch_rows: at most this many rows forwarded per pass (``None``: no limit).
-      micro_batch_tokens: optional budget of padded tokens forwarded per pass (rows x longest row;
-        with ``"prefix_shared"`` the prefix call's tokens too).
+      micro_batch_tokens: at most this many tokens forwarded per pass (packed rows count their
+        real tokens, right-padded rows rows x the longest). ``None``: on a GPU, a budget chosen
+        from the model's shape and the device's memory at the first pass
+        (:mod:`seeupo.llm.memory`; a row over it is an error before any pass), on the CPU no limit.
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
@@ -305,8 +344,17 @@ class CausalLMPolicy(torch.nn.Module):
         # every weight of a language model serves every turn (seeupo.core.update.Policy); a model
         # with per-turn parameters (TableLM) says otherwise
         self.turns_share_parameters = bool(getattr(model, "turns_share_parameters", True))
-        # transformers' causal LMs can compute logits for the last k positions only
+        # the LM head runs on the read positions only, not on every position of every row
+        self._head = plain_head(model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        _plan_kernel(model, scoring)  # tree attention is set up (and probed) once, here
+        self._budget = _AutoBudget()
+
+    def auto_budget(self) -> int | None:
+        """Tokens per pass chosen from the GPU's memory when ``micro_batch_tokens`` is ``None`` (CPU: ``None``)."""
+        if self.micro_batch_tokens is not None:
+            return None
+        return self._budget.get(self.model, any(p.requires_grad for p in self.model.parameters()))
 
     def micro_batches(
         self, batch: SampleBatch, max_rows: int | None, max_tokens: int | None, whole_trajectories: bool
@@ -314,14 +362,13 @@ class CausalLMPolicy(torch.nn.Module):
         """The update's forward/backward passes of ``batch`` (row indices; the core's ``Policy`` hook).
 
         The rows served by each of the passes :meth:`token_logps` would make with these limits
-        (the same planning: ``max_rows`` forwarded rows and ``max_tokens`` padded tokens forwarded,
-        the prefix call's included), so an update's token budget counts the tokens the layout
+        (the same planning: ``max_rows`` forwarded rows and ``max_tokens`` tokens forwarded), so an update's token budget counts the tokens the layout
         actually forwards, and each micro-batch is then one pass. With ``whole_trajectories``,
         passes that share a trajectory are merged. Rows no pass forwards (placeholders) join the
         micro-batch of their trajectory.
         """
-        scoring = effective_scoring(self.model, self.scoring)
-        parts = [p.rows for p in _scoring_passes(batch, scoring, max_rows, max_tokens, None)]
+        passes, _ = _plan(self, self.model, batch, max_rows, max_tokens, None)
+        parts = [p.rows for p in passes]
         if whole_trajectories:
             parts = _merged_by_trajectory(parts, batch.traj_id.cpu())
         # the rows no pass forwards join the micro-batch of their trajectory (else the first)
@@ -354,52 +401,148 @@ class CausalLMPolicy(torch.nn.Module):
         # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
-        scoring = effective_scoring(self.model, self.scoring)
-        passes = _scoring_passes(batch, scoring, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
+        passes, kernel = _plan(self, self.model, batch, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
         for p in passes:
-            if p is None:
-                dummy = _dummy_pass(self.model, param.device, shared=scoring == "prefix_shared")
-                out = out + dummy.to(out.device, out.dtype)
+            inputs, reads = _pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits)
+            if self._head is not None:  # the head gives the log-probabilities of the read tokens only
+                with _head_gives_logprobs(self.model, self._head, reads, tau):
+                    tok_logp = self.model(**inputs).logits
+            else:  # the model's own logits (every position of the pass), then the read ones
+                tok_logp = token_logprobs_reference(reads.pick(self.model(**inputs).logits), None, reads.target, tau)
+            if p is None:  # a dummy pass: an exact 0 that reaches every parameter
+                out = out + 0.0 * tok_logp.sum().to(out.device, out.dtype)
                 continue
-            output, ids, pos, read, mask = _forward(self.model, batch, p, param.device, self._keeps_logits)
-            slot = p.slot.to(param.device)
-            picked = output.logits[slot[:, None], read]  # [k, l, V]: row k's positions in its forwarded row's output
-            logp = torch.log_softmax(picked.to(dtype) / tau, dim=-1)
-            target = ids[slot[:, None], (pos + 1).clamp(max=ids.shape[1] - 1)]  # response token j sits at pos + 1
-            tok_logp = logp.gather(2, target[:, :, None]).squeeze(2)
-            out = _write_rows(out, p.rows, torch.where(mask, tok_logp, 0.0))
+            out = _write_rows(out, p.rows, torch.where(reads.mask, tok_logp, 0.0))
         return out
 
 
-def _forward(
-    model: torch.nn.Module, batch: SampleBatch, p: _Pass, device: torch.device, keeps_logits: bool = False
-) -> tuple[Any, Tensor, Tensor, Tensor, Tensor]:
-    """Run pass ``p``: ``(output, input_ids, pos, read, mask)``.
+def token_logprobs_reference(
+    hidden: Tensor, head: torch.nn.Linear | None, target: Tensor, temperature: float
+) -> Tensor:
+    """``log softmax(logits / temperature)[target]`` with ``logits = head(hidden)`` (``head=None``: ``hidden`` are
+    the logits), in the logits' dtype promoted to at least float32: ``[...]`` from ``hidden [..., H]`` and
+    ``target [...]``. The simple path: every ``[position x vocabulary]`` tensor is materialised."""
+    logits = hidden if head is None else head(hidden)
+    # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
+    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, dim=-1)
+    return logp.gather(-1, target[..., None]).squeeze(-1)
 
-    ``output`` is the model's output over the computed positions, ``input_ids [f, W]`` the
-    forwarded rows' ids; ``pos [k, l]`` the position in its forwarded row of the logits (hidden
-    state) that predict response token ``j`` of row ``p.rows[k]``, ``read [k, l]`` the same
-    position in ``output``, with ``mask [k, l]`` (:func:`_response_positions`); all on ``device``.
-    With ``keeps_logits`` (a causal LM that takes ``logits_to_keep``) the LM head runs only from
-    the first read position on: with long contexts and large vocabularies the full ``[f, W, V]``
-    logits would dominate memory.
+
+class _LogprobHead(torch.nn.Module):
+    """Stands in for a causal LM's head for one call: the log-probabilities of the read tokens, not logits."""
+
+    def __init__(self, head: torch.nn.Linear, reads: "_Reads", temperature: float) -> None:
+        super().__init__()
+        self.head, self.reads, self.temperature = head, reads, temperature
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return token_logprobs_reference(self.reads.pick(hidden), self.head, self.reads.target, self.temperature)
+
+
+@contextlib.contextmanager
+def _head_gives_logprobs(
+    model: torch.nn.Module, head: tuple[str, torch.nn.Linear], reads: "_Reads", temperature: float
+) -> Iterator[None]:
+    """Within the block, ``model(...).logits`` are the ``[k, l]`` log-probabilities of ``reads``' tokens.
+
+    The head's computation happens inside the model's own call (not on its output), so that a
+    sharded model (FSDP) has its head's weights gathered then, as for its own head.
     """
-    data = batch.data
-    lengths = data["attention_mask"][p.forwarded].sum(1).cpu()
-    width = int(lengths.max())
-    ids = data["input_ids"][p.forwarded, :width].to(device)
-    pos, mask = _response_positions(batch, p.rows, width)
-    offset = p.prefix[p.slot] if p.prefix is not None else torch.zeros_like(p.slot)
-    computed = width if p.prefix is None else int((lengths - p.prefix).max())
-    read = (pos - offset[:, None]).clamp(0, computed - 1)  # padding columns may point anywhere (masked)
-    first = int(read.min()) if keeps_logits else 0
-    kwargs = {"logits_to_keep": computed - first} if keeps_logits else {}
-    if p.prefix is None:
-        output = _run_backbone(model, ids, data["attention_mask"][p.forwarded, :width].to(device), **kwargs)
+    name, linear = head
+    setattr(model, name, _LogprobHead(linear, reads, temperature))
+    try:
+        yield
+    finally:
+        setattr(model, name, linear)
+
+
+def _plan(
+    owner: "CausalLMPolicy | ValueModel", model: torch.nn.Module, batch: SampleBatch, max_rows: int | None,
+    max_tokens: int | None, collective: DataParallel | None,
+) -> tuple[list[_Pass | None], TreeKernel | None]:
+    """The passes that score ``batch`` with ``owner``'s ``model`` under its scoring and these limits, and
+    their tree kernel. No ``max_tokens``: ``owner``'s budget from the device's memory, if any."""
+    scoring, kernel = _plan_kernel(model, owner.scoring)
+    strict = max_tokens is None and owner.auto_budget() is not None
+    if max_tokens is None:
+        max_tokens = owner.auto_budget()
+    return _scoring_passes(batch, scoring, max_rows, max_tokens, collective, tree=kernel is not None,
+                           strict_budget=strict), kernel
+
+
+class _AutoBudget:
+    """A model's token budget per pass from its device's memory (:func:`seeupo.llm.memory.auto_token_budget`),
+    computed at its first pass and kept, so that every step plans its passes alike."""
+
+    def __init__(self) -> None:
+        self._value: int | None = None
+        self._known = False
+
+    def get(self, model: torch.nn.Module, trainable: bool) -> int | None:
+        if not self._known:
+            self._value = auto_token_budget(model, is_checkpointed(model), trainable)
+            self._known = True
+        return self._value
+
+
+def _plan_kernel(model: torch.nn.Module, scoring: Scoring) -> tuple[Scoring, TreeKernel | None]:
+    """``(the scoring that runs on model, its tree kernel)`` (:func:`effective_scoring`, :func:`tree_kernel`)."""
+    scoring = effective_scoring(model, scoring)
+    return scoring, tree_kernel(model, scoring)
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """What a pass reads from its output: ``pick(output [B, W, X]) -> [k, l, X]`` the positions that
+    predict the response tokens ``target [k, l]`` of the pass's rows, ``mask [k, l]`` the real ones."""
+
+    pick: Callable[[Tensor], Tensor]
+    target: Tensor
+    mask: Tensor
+
+
+def _pass_inputs(
+    batch: SampleBatch, p: _Pass | None, device: torch.device, kernel: TreeKernel | None, keeps_logits: bool = False,
+) -> tuple[dict[str, Any], _Reads]:
+    """The model call of pass ``p`` (its keyword arguments) and what it reads, on ``device``.
+
+    ``kernel``: the forwarded rows are packed into one row under tree attention (``p.prefix``
+    set); ``None``: right-padded rows. ``p=None``: a dummy pass of one token, through the same
+    kind of call (every process of a sharded model makes the same calls; its result times 0
+    reaches every parameter the real passes use while adding exactly 0). ``keeps_logits`` (a
+    model scored from its own logits that takes ``logits_to_keep``, right-padded rows): its logits
+    are computed from the first read position on only (a model whose parameters serve single
+    positions, TableLM, then gives no gradient, not a zero one, to the positions before).
+    """
+    if p is None:
+        ids, lengths = torch.zeros(1, 1, dtype=torch.long, device=device), torch.ones(1, dtype=torch.long)
+        pos = mask = torch.zeros(1, 1, dtype=torch.long, device=device)
+        slot, target = pos, pos
+        zeros = torch.zeros(1, dtype=torch.long)
+        prefix = prefix_row = zeros
     else:
-        prefix_kwargs = {"logits_to_keep": 1} if keeps_logits else {}
-        output, _ = forward_shared(model, ids, lengths, p.prefix, p.prefix_row, prefix_kwargs, **kwargs)
-    return output, ids, pos.to(device), (read - first).to(device), mask.to(device)
+        data = batch.data
+        lengths = data["attention_mask"][p.forwarded].sum(1).cpu()
+        width = int(lengths.max())
+        ids = data["input_ids"][p.forwarded, :width].to(device)
+        pos, mask = _response_positions(batch, p.rows, width)
+        slot, pos, mask = p.slot.to(device)[:, None], pos.to(device), mask.to(device)
+        target = ids[slot, (pos + 1).clamp(max=width - 1)]  # response token j sits at pos + 1
+        prefix, prefix_row = p.prefix, p.prefix_row
+    if kernel is None:
+        attention_mask = (torch.arange(ids.shape[1]) < lengths[:, None]).long().to(device)
+        inputs = dict(input_ids=ids, attention_mask=attention_mask,
+                      position_ids=(attention_mask.cumsum(1) - 1).clamp_min(0), use_cache=False)
+        first = int(pos.min()) if keeps_logits else 0
+        if keeps_logits:
+            inputs["logits_to_keep"] = ids.shape[1] - first
+        return inputs, _Reads(lambda out: out[slot, pos - first], target, mask)
+    packed = pack_tree(ids, lengths, prefix, prefix_row, kernel)
+    inputs = dict(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                  attention_mask={"full_attention": packed.mask}, use_cache=False)
+    # padding columns (masked) may read any position: the row's first token
+    index = packed.index[slot, pos].clamp_min(0)
+    return inputs, _Reads(lambda out: out[0, index], target, mask)
 
 
 def _write_rows(out: Tensor, rows: Tensor, values: Tensor) -> Tensor:
@@ -484,6 +627,14 @@ class ValueModel(torch.nn.Module):
         self.micro_batch_tokens = micro_batch_tokens
         self.collective = collective
         self.scoring = scoring
+        _plan_kernel(backbone, scoring)  # tree attention is set up (and probed) once, here
+        self._budget = _AutoBudget()
+
+    def auto_budget(self) -> int | None:
+        """Tokens per pass chosen from the GPU's memory when ``micro_batch_tokens`` is ``None`` (CPU: ``None``)."""
+        if self.micro_batch_tokens is not None:
+            return None
+        return self._budget.get(self.backbone, True)
 
     @classmethod
     def from_causal_lm(cls, lm: torch.nn.Module, *, copy_model: bool = True, **kwargs) -> "ValueModel":
@@ -499,17 +650,15 @@ class ValueModel(torch.nn.Module):
         n, L = batch.token_mask.shape
         out = torch.zeros(n, L, dtype=self.head.weight.dtype, device=batch.token_mask.device)
         device = self.head.weight.device
-        scoring = effective_scoring(self.backbone, self.scoring)
-        passes = _scoring_passes(batch, scoring, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
+        passes, kernel = _plan(self, self.backbone, batch, self.micro_batch_rows, self.micro_batch_tokens,
+                               self.collective)
         for p in passes:
-            if p is None:
-                dummy = _dummy_pass(self.backbone, device, self.head, shared=scoring == "prefix_shared")
-                out = out + dummy.to(out.device, out.dtype)
+            inputs, reads = _pass_inputs(batch, p, device, kernel)
+            value = self.head(reads.pick(self.backbone(**inputs).last_hidden_state)).squeeze(-1)  # [k, l]
+            if p is None:  # a dummy pass: an exact 0 that reaches every parameter
+                out = out + 0.0 * value.sum().to(out.device, out.dtype)
                 continue
-            output, _, _, read, mask = _forward(self.backbone, batch, p, device)
-            picked = output.last_hidden_state[p.slot.to(device)[:, None], read]  # [k, l, H]
-            value = self.head(picked).squeeze(-1)
-            out = _write_rows(out, p.rows, torch.where(mask, value, 0.0))
+            out = _write_rows(out, p.rows, torch.where(reads.mask, value, 0.0))
         return out
 
 

@@ -161,9 +161,10 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny6
     grads, calls = [], []
     for m in (plain, checkpointed):
         count = [0]
+        policy = CausalLMPolicy(m, scoring="packed")  # before the hook: it probes tree attention once
         # the layer's own hooks stay outside the checkpoint: count a module inside it
         decoder_layers(m)[0].mlp.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-        CausalLMPolicy(m, scoring="packed").token_logps(batch).sum().backward()
+        policy.token_logps(batch).sum().backward()
         grads.append({k: p.grad.clone() for k, p in m.named_parameters()})
         calls.append(count[0])
     assert calls == [1, 2]  # the checkpointed layer runs again in the backward pass

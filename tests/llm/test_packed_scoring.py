@@ -25,7 +25,7 @@ from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
 from seeupo.llm.distributed import enable_activation_checkpointing
 from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, effective_scoring, shared_micro_batches
-from seeupo.llm.shared_prefix import prefix_sharing_unsupported
+from seeupo.llm.tree_attention import call_tokens, enable_tree_attention
 from seeupo.llm.layout import pack_rows, packing_plan, shared_prefix_lengths
 from seeupo.llm.rollout import Completion, SamplingParams
 
@@ -102,17 +102,13 @@ LAYOUTS = ("packed", "prefix_shared")
 
 
 def _count_tokens(model: torch.nn.Module) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
-    """A list that receives the real tokens each forward call of ``model`` computes, and the hook's handle.
-
-    With a key/value cache the attention mask also covers the cached positions: only its last
-    ``input_ids.shape[1]`` columns are computed.
-    """
+    """A list that receives the real tokens each forward call of ``model``'s backbone computes, and the hook's handle."""
     counts: list[int] = []
 
     def hook(module, args, kwargs):
-        counts.append(int(kwargs["attention_mask"][:, -kwargs["input_ids"].shape[1]:].sum()))
+        counts.append(call_tokens(kwargs["input_ids"], kwargs["attention_mask"])[0])
 
-    return counts, model.register_forward_pre_hook(hook, with_kwargs=True)
+    return counts, model.base_model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _grads(module: torch.nn.Module, loss_of) -> list[torch.Tensor]:
@@ -169,7 +165,7 @@ def _prefix_shared_tokens(batch: SampleBatch, carriers: list[int]) -> int:
         common = 0
         while common < cap and all(row[common] == rows[0][common] for row in rows):
             common += 1
-        total += max(common, 1) + sum(int(lengths[c]) - common for c in members)
+        total += common + sum(int(lengths[c]) - common for c in members)
     return total
 
 
@@ -191,16 +187,14 @@ def test_log_probs_and_gradients_equal_per_row(exact64, layout, size, budget):
     handle.remove()
     assert per_row_tokens == int(lengths[batch.valid].sum())
     packed_tokens = int(lengths[carriers].sum())
-    calls = 1 if layout == "packed" else 2  # prefix-shared: a prefix call and a suffix call per pass
     if layout == "packed":
         assert sum(counts) == packed_tokens < per_row_tokens
-    elif size == 8 and budget is None:  # one pass
-        assert len(counts) == 2 and sum(counts) == _prefix_shared_tokens(batch, carriers) < packed_tokens
-    if budget == 1:  # the budget counts the forwarded tokens: one carrier per pass
-        assert len(counts) == calls * len(carriers)
+    elif size == 8 and budget is None:  # one pass, one call
+        assert len(counts) == 1 and sum(counts) == _prefix_shared_tokens(batch, carriers) < packed_tokens
+    if budget == 1:  # the budget counts the forwarded tokens: one carrier per pass (one call each)
+        assert len(counts) == len(carriers)
     elif budget is not None:
-        passes = [sum(counts[k : k + calls]) for k in range(0, len(counts), calls)]
-        assert len(passes) > 1 and max(passes) <= max(budget, int(lengths.max()))
+        assert len(counts) > 1 and max(counts) <= max(budget, int(lengths.max()))
     assert got.dtype == torch.float64 and torch.all(got[~batch.token_mask] == 0)
     assert (got - want).abs().max() <= TOL64
 
@@ -237,9 +231,10 @@ def test_shared_micro_batches_by_hand():
     rows = torch.arange(5)
     # no limit that binds: one pass, group by group, longest first
     assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, None)] == [[1, 0, 2, 3, 4]]
-    # group 0 alone: 10 (its prefix) + 3 rows x 5 (the longest remainder) = 25 tokens; with row 3:
-    # 2 groups x 10 + 4 rows x 5 = 40 > 30
-    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 30)] == [[1, 0, 2], [3, 4]]
+    # packed, no padding: group 0 alone is 10 (its prefix) + 5 + 2 + 1 (the rests) = 18 tokens; with
+    # row 3: + 4 (group 1's prefix) + 5 = 27 <= 27; with row 4 too: + 2 = 29 > 27
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 27)] == [[1, 0, 2, 3], [4]]
+    assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 17)] == [[1, 0], [2], [3, 4]]
     assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 2, None)] == [[1, 0], [2, 3], [4]]
     # a row over the budget still gets a pass of its own
     assert [b.tolist() for b in shared_micro_batches(group, prefix, lengths, rows, 8, 5)] == [[1], [0], [2], [3], [4]]
@@ -250,8 +245,8 @@ def test_prefix_shared_falls_back_where_it_cannot_run(exact64):
     sliding = copy.deepcopy(model)
     sliding.config.layer_types = ["sliding_attention"] * len(sliding.config.layer_types)
     sliding.config.sliding_window = 4
-    assert "not all its layers are full attention" in prefix_sharing_unsupported(sliding)
-    assert prefix_sharing_unsupported(model) is None
+    assert "not all its layers are full attention" in enable_tree_attention(sliding)
+    assert enable_tree_attention(model) is None
     with pytest.warns(UserWarning, match="falls back to 'packed'.*not all its layers are full attention"):
         assert effective_scoring(sliding, "prefix_shared") == "packed"
     assert effective_scoring(sliding, "per_row") == "per_row"
@@ -320,13 +315,12 @@ def test_dummy_passes_and_activation_checkpointing(exact64, layout):
     checkpointed = copy.deepcopy(model)
     enable_activation_checkpointing(checkpointed)
     packed = CausalLMPolicy(checkpointed, micro_batch_rows=2, collective=ExtraPasses(), scoring=layout)
-    assert effective_scoring(checkpointed, layout) == layout  # transformers >= 5.23 keeps the shared prefix's cache
+    assert effective_scoring(checkpointed, layout) == layout
     counts, handle = _count_tokens(checkpointed)
     got = packed.token_logps(batch)
     handle.remove()
-    calls = 1 if layout == "packed" else 2  # a real pass and a dummy pass make the same calls
-    # the dummy passes: one token per call
-    assert len(counts) == calls * ((len(carriers) + 1) // 2 + 2) and counts[-2 * calls:] == [1] * 2 * calls
+    # one call per pass; the dummy passes: one token each
+    assert len(counts) == (len(carriers) + 1) // 2 + 2 and counts[-2:] == [1, 1]
     assert (got.detach() - want).abs().max() <= TOL64
     grads_got = _grads(checkpointed, lambda: (packed.token_logps(batch) * weights).sum())
     assert _max_diff(grads_got, grads_want) <= TOL64
@@ -436,7 +430,7 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     counts, handle = _count_tokens(model)
     shared = CausalLMPolicy(model, scoring="prefix_shared").token_logps(batch)
     handle.remove()
-    assert len(counts) == 2 and sum(counts) < int(last.sum())
+    assert len(counts) == 1 and sum(counts) < int(last.sum())  # one pass, one call
     assert (shared - want).abs().max() <= TOL64
 
 
@@ -483,13 +477,19 @@ def test_the_update_micro_batches_are_the_policys_passes(exact64, layout, whole)
             others = torch.cat([q for q in parts if q is not part])
             assert not set(batch.traj_id[part].tolist()) & set(batch.traj_id[others].tolist())
         calls: list[tuple[int, int]] = []  # (rows, real tokens computed) of each model call
-        handle = model.register_forward_pre_hook(lambda m, args, kw: calls.append(
-            (kw["input_ids"].shape[0], int(kw["attention_mask"][:, -kw["input_ids"].shape[1]:].sum()))), with_kwargs=True)
+        def hook(module, args, kw):
+            mask = kw["attention_mask"]
+            # a packed row: its branches are the rows it forwards
+            rows = (int((mask["full_attention"].branch.unique() >= 0).sum()) if isinstance(mask, dict)
+                    else kw["input_ids"].shape[0])
+            calls.append((rows, call_tokens(kw["input_ids"], mask)[0]))
+
+        handle = model.base_model.register_forward_pre_hook(hook, with_kwargs=True)
         with torch.no_grad():
             policy.token_logps(batch.select(part))
         handle.remove()
         if not whole:  # each micro-batch is one pass of the policy (0 calls: placeholders only)
-            assert len(calls) in (0, 1 if layout != "prefix_shared" else 2)
+            assert len(calls) in (0, 1)
             # within the limits: at most 2 rows forwarded, 40 tokens unless a single row is longer
             if calls:
                 assert calls[-1][0] <= 2 and (sum(c[1] for c in calls) <= 40 or calls[-1][0] == 1)

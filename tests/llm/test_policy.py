@@ -38,7 +38,7 @@ def test_token_logps_by_hand(lm_batch):
     # vocab of 3; after token 0 the next token has probabilities (1, 2, 3) / 6, after token 1 (1, 1, 2) / 4
     table = torch.log(torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 2.0], [1.0, 1.0, 1.0]], dtype=torch.float64))
     policy = CausalLMPolicy(BigramLM(table), temperature=1.0)
-    assert not policy._keeps_logits  # the plain path: full logits, then sliced
+    assert policy._head is None  # no separate backbone and head: its own logits, then sliced
     # row 0: context [0], response [2, 1]: p(2|0) = 3/6, p(1|2) = 1/3
     # row 1: context [2, 0], response [1]:  p(1|0) = 2/6
     batch = lm_batch([[0], [2, 0]], [[2, 1], [1]])
@@ -72,7 +72,7 @@ def test_token_logps_match_unpadded_forward(tiny32, tiny64, lm_batch, dtype_name
     contexts, responses = _rows(tokenizer)
     batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
     policy = CausalLMPolicy(model, temperature=0.7, micro_batch_rows=3)
-    assert policy._keeps_logits  # the transformers path: logits of the response positions only
+    assert policy._head is not None  # the transformers path: the LM head on the response positions only
     got = policy.token_logps(batch).detach()
     assert got.dtype == model.dtype
     for i, (c, r) in enumerate(zip(contexts, responses)):

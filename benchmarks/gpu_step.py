@@ -1,0 +1,157 @@
+"""One training step per (turns, preset, layout) at a real model shape on one GPU: seconds, tokens/s, peak memory, MFU.
+
+The GPU table of issue 24 ("Fast on one GPU at the paper's shape"), measured by one prepared call
+(``make benchmark-gpu``): a randomly initialised model of a released shape (``--shape qwen3-1.7b``,
+bf16; no weights needed) on the BFCL-shaped batch of ``benchmarks/multiturn_cost.py`` (prompt
+5,833 tokens, ``T`` turns of 150 response + 200 observation tokens, G = 8, one task), one step as
+the trainer makes it (:func:`multiturn_cost.measure_step`: rescoring, reference, update), for every
+``T:preset:layout`` of ``--plan``. Each (T, layout) gets one warm-up step before its first timed step
+(compilation of the flex attention kernel, allocator growth). Every result is appended to
+``--out`` (JSON lines) as it finishes, so a run cut short still reports what it measured; a step
+that fails (out of memory included) is recorded as an error and the run goes on. ``--deadline``
+skips what would start after it.
+
+Settings are the trainer's defaults on a GPU: activation checkpointing on (``parallel.
+activation_checkpointing: auto``), no token budget given (``micro_batch_tokens`` chosen from the
+device's memory, :mod:`seeupo.llm.memory`), ``micro_batch_rows`` 8, tree attention (flex) for the
+packed layouts, the LM head on the read positions only.
+
+Per step: ``seconds`` per pass type, ``step_seconds``, ``peak_gib`` (the largest
+``torch.cuda.max_memory_allocated`` over the pass types), ``update_tokens_per_s`` (tokens forwarded
+by the update / its seconds) and ``update_mfu``: model FLOPs of the update / seconds / the device's
+dense bf16 peak, with model FLOPs = 6 x non-embedding parameters x tokens forwarded + 6 x hidden x
+vocabulary x response tokens scored + 12 x layers x heads x head_dim x attention pairs (the
+(query, key) pairs of causal attention over real tokens, counted exactly per call); activation
+recomputation is not counted (the convention of ``benchmarks/gpu_train.py``).
+
+``--shape tiny --device cpu`` is the CPU dry run of the same code (a few seconds; in CI through
+``tests/test_benchmarks_gpu_step.py``)::
+
+    python benchmarks/gpu_step.py --shape qwen3-1.7b --device cuda --out results/gpu_step.jsonl
+    python benchmarks/gpu_step.py --shape tiny --device cpu --context 200 --out /tmp/gpu_step.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+DEFAULT_PLAN = ("10:grpo:packed,10:grpo:prefix_shared,10:seeupo:prefix_shared,10:seeupo:packed,"
+                "10:seeupo-unfused:prefix_shared,5:grpo:prefix_shared,5:seeupo:prefix_shared,5:grpo:per_row,"
+                "5:seeupo:per_row")
+
+
+def update_mfu(model: torch.nn.Module, result: dict, peak_flops: float) -> float | None:
+    """The update's model FLOPs per second over ``peak_flops`` (module docstring); ``None`` without timing."""
+    seconds = result.get("seconds", {}).get("update")
+    if not seconds or not peak_flops:
+        return None
+    c = model.config
+    non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
+    if c.tie_word_embeddings:  # the tied head is the embedding: its matrix product counts as the head below
+        non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    else:
+        non_embedding -= c.hidden_size * c.vocab_size  # likewise
+    flops = (6.0 * non_embedding * result["tokens"]["update"] + 6.0 * c.hidden_size * c.vocab_size * result["reads"].get("update", 0)
+             + 12.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * result["attention_pairs"]["update"])
+    return flops / seconds / peak_flops
+
+
+def main(argv: list[str] | None = None) -> int:
+    import multiturn_cost as mc
+    from gpu_train import PEAK_BF16
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", default="qwen3-1.7b", choices=("qwen3-1.7b", "qwen3-8b", "tiny"))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default=None, choices=("bfloat16", "float32"), help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument("--plan", default=DEFAULT_PLAN, help="comma-separated TURNS:PRESET:LAYOUT")
+    p.add_argument("--context", type=int, default=5833, help="the prompt's tokens (BFCL median)")
+    p.add_argument("--checkpointing", default="auto", choices=("auto", "on", "off"),
+                   help="activation checkpointing (auto: on CUDA)")
+    p.add_argument("--micro-batch-tokens", type=int, default=None, help="default: chosen from the device's memory")
+    p.add_argument("--deadline", type=float, default=420.0, help="seconds after which no step starts")
+    p.add_argument("--out", required=True, help="JSON-lines file the results are appended to")
+    args = p.parse_args(argv)
+    started = time.time()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but CUDA is not available", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    plan = []
+    for item in args.plan.split(","):
+        parts = item.split(":")
+        if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in mc.PRESETS or parts[2] not in mc.LAYOUTS:
+            print(f"error: --plan takes TURNS:PRESET:LAYOUT items (presets {', '.join(mc.PRESETS)}; layouts "
+                  f"{', '.join(mc.LAYOUTS)}); got {item!r}", file=sys.stderr)
+            return 2
+        plan.append((int(parts[0]), parts[1], parts[2]))
+    out = open(args.out, "a")
+
+    def emit(record: dict) -> None:
+        record["elapsed_s"] = round(time.time() - started, 1)
+        line = json.dumps(record)
+        print(line, flush=True)
+        out.write(line + "\n")
+        out.flush()
+
+    import transformers
+
+    from seeupo.llm.distributed import enable_activation_checkpointing
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), 0.0)
+    model = mc.shape_model(args.shape, dtype).to(device)
+    checkpointing = args.checkpointing == "on" or (args.checkpointing == "auto" and device.type == "cuda")
+    if checkpointing:
+        enable_activation_checkpointing(model)
+    emit({"event": "setup", "device": name, "shape": args.shape, "dtype": str(dtype), "checkpointing": checkpointing,
+          "torch": torch.__version__, "transformers": transformers.__version__, "setup_s": round(time.time() - started, 1)})
+    batches: dict[int, object] = {}  # turns -> the batch (one at a time: the plan is grouped by turns)
+    warmed: set[tuple[int, str]] = set()
+    for turns, preset, layout in plan:
+        if turns not in batches:
+            batches.clear()
+            batches[turns], _ = mc.bfcl_batch(model.config.vocab_size, 10, tasks=1, group=8, turns=turns,
+                                              context=args.context, response=150, observation=200)
+        batch = batches[turns]
+        cfg = mc._config(preset, argparse.Namespace(group=8, epochs=1, minibatches=1))
+        reps = ("timed",) if (turns, layout) in warmed else ("warm", "timed")
+        for rep in reps:
+            if time.time() - started > args.deadline:
+                emit({"event": "skipped", "T": turns, "preset": preset, "layout": layout, "rep": rep, "why": "deadline"})
+                continue
+            record = {"event": "step", "T": turns, "preset": preset, "layout": layout, "rep": rep, "device": name}
+            step_start = time.perf_counter()
+            try:
+                result = mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
+                                         micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset))
+                record |= result
+                record["step_seconds"] = sum(result["seconds"].values())
+                record["peak_gib"] = max(result["peak_mib"].values()) / 1024
+                record["update_tokens_per_s"] = result["tokens"]["update"] / result["seconds"]["update"]
+                record["update_mfu"] = update_mfu(model, result, peak)
+            except Exception as error:  # an out-of-memory step is a result too; the run goes on
+                record["error"] = f"{type(error).__name__}: {str(error)[:400]}"
+            record["wall_seconds"] = time.perf_counter() - step_start
+            emit(record)
+            warmed.add((turns, layout))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    emit({"event": "done", "total_s": round(time.time() - started, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""One model call per scoring pass, for any tree of shared prefixes: the rows of a pass packed into one row.
+
+A scoring pass (:mod:`seeupo.llm.policy`) forwards some rows of a batch. With ``scoring="packed"``
+each forwarded row is a trajectory's longest row; with ``"prefix_shared"`` the rows of one group
+(one task's rollouts) also share their first ``prefix`` tokens (the prompt). This module lays such
+a pass out as **one packed row without padding**::
+
+    [ group 0's prefix | row a's rest | row b's rest | group 1's prefix | row c's rest | ... ]
+
+and runs the model once over it, with an attention rule that makes every token see exactly what it
+sees in its own row: a token attends to the earlier tokens of its own *branch* (a row's rest) and to
+its group's prefix, and to nothing else (:func:`tree_allows`). Position ids are the positions the
+tokens have in their own rows, so rotary embeddings are those of the row. With causal attention
+the hidden states of a prefix do not depend on what follows it, so every token of every row
+computes what it computes in the row forwarded alone, gradients included: the per-row layout's
+numbers up to floating-point summation order (the tests bound it). ``"packed"`` is the special
+case of groups with an empty prefix and one branch each (a document mask).
+
+How the rule reaches the model: transformers' decoder models take an ``attention_mask`` that is a
+mapping from layer type to a prepared mask and pass it to the attention function untouched; the
+pass gives ``{"full_attention": TreeMask(...)}``. :func:`enable_tree_attention` registers an
+attention function under its own name (``seeupo_tree_<base>``, e.g. ``seeupo_tree_sdpa``) that
+computes the tree rule for a :class:`TreeMask` and calls the model's own attention function
+(``sdpa``, ``eager``) for anything else, so generation and per-row scoring are unchanged, and
+sets the model's configuration to it. It checks the model honours the rule with a
+3-token probe before it is used, and reports why not otherwise (the caller then pads rows).
+
+Two kernels compute the rule:
+
+* ``flex``: one ``torch.nn.attention.flex_attention`` call (compiled, with a ``BlockMask`` built by
+  ``create_block_mask``: only the blocks the rule allows are computed, no ``[N, N]`` mask exists).
+  CUDA only here: on the CPU, flex attention has no backward pass (torch 2.13: "FlexAttention does
+  not support backward on CPU").
+* ``segments``: one ``scaled_dot_product_attention`` call per segment (a group's prefix with
+  ``is_causal``; a branch's queries against its group's prefix and its own keys, with a
+  ``[rest, prefix + rest]`` mask). Any device, any dtype, float64 included: the reference the flex
+  kernel is tested against, and the CPU's kernel.
+
+Where there is no tree (a pass of one row with no prefix) the segment kernel is plain causal sdpa.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+Tensor = torch.Tensor
+
+TreeKernel = Literal["flex", "segments"]
+TREE_KERNELS: tuple[TreeKernel, ...] = ("flex", "segments")
+
+# flex attention computes in blocks of this many queries and keys; a packed row is padded to a
+# multiple of it on the flex kernel so that the compiled kernel sees few distinct shapes
+FLEX_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Queries ``[start, end)`` of the packed row; they attend to ``[prefix_start, prefix_start + prefix_len)``
+    (their group's prefix; ``prefix_len`` 0 for none) and causally to their own ``[start, end)``."""
+
+    start: int
+    end: int
+    prefix_start: int = 0
+    prefix_len: int = 0
+
+
+@dataclass
+class TreeMask:
+    """The attention rule of one packed row (see the module docstring), for every layer of one call.
+
+    ``segments`` tile ``[0, length)`` in order. ``group[i]`` and ``branch[i]`` (``[length]`` on the
+    model's device) name token ``i``'s group and branch (``-1``: a prefix token, seen by every
+    branch of its group). ``kernel`` says which kernel computes it; ``tokens``: the real tokens
+    (the first ``tokens`` of the row; the rest is the flex kernel's padding).
+    """
+
+    segments: list[Segment]
+    group: Tensor
+    branch: Tensor
+    kernel: TreeKernel = "segments"
+    tokens: int = 0
+    _block_mask: Any = field(default=None, repr=False)
+
+    @property
+    def length(self) -> int:
+        return int(self.group.numel())
+
+    def block_mask(self) -> Any:
+        """The flex ``BlockMask`` of the rule (built on first use, shared by every layer of the call)."""
+        if self._block_mask is None:
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            group, branch = self.group, self.branch
+
+            def allowed(b, h, q, k):
+                return tree_allows(q, k, group, branch)
+
+            n = self.length
+            self._block_mask = create_block_mask(allowed, None, None, n, n, device=group.device,
+                                                 BLOCK_SIZE=FLEX_BLOCK, _compile=group.device.type == "cuda")
+        return self._block_mask
+
+
+def tree_allows(q: Tensor, k: Tensor, group: Tensor, branch: Tensor) -> Tensor:
+    """Whether query ``q`` may attend to key ``k`` (packed indices): causal, same group, and ``k`` is a
+    prefix token or in ``q``'s own branch."""
+    return (k <= q) & (group[q] == group[k]) & ((branch[k] < 0) | (branch[k] == branch[q]))
+
+
+@dataclass(frozen=True)
+class PackedPass:
+    """One pass's rows packed into one row (:func:`pack_tree`).
+
+    ``input_ids``/``position_ids``: ``[1, length]``; ``index[i, j]``: where position ``j`` of
+    forwarded row ``i`` sits in the packed row (``-1`` past the row's end); ``mask``: the rule.
+    """
+
+    input_ids: Tensor
+    position_ids: Tensor
+    index: Tensor
+    mask: TreeMask
+
+
+def call_tokens(input_ids: Tensor, attention_mask: Any) -> tuple[int, int]:
+    """``(real, computed)`` tokens of one model call: a packed row's real tokens under a tree mask,
+    the mask's ones of the computed positions under a 2-D mask (a key/value cache's positions
+    excluded), all positions without one; ``computed`` counts padding too (what a dense kernel does)."""
+    computed = int(input_ids.shape[0]) * int(input_ids.shape[1])
+    if isinstance(attention_mask, dict) and isinstance(attention_mask.get("full_attention"), TreeMask):
+        return attention_mask["full_attention"].tokens, computed
+    if isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
+        return int(attention_mask[:, -input_ids.shape[1]:].sum()), computed
+    return computed, computed
+
+
+def attention_pairs(input_ids: Tensor, attention_mask: Any) -> int:
+    """The (query, key) pairs one model call's causal attention computes on real tokens (for model FLOPs):
+    under a tree mask each segment's queries against its prefix and its own earlier tokens; under a
+    2-D mask (right-padded rows) or none, ``L (L + 1) / 2`` per row of ``L`` real tokens."""
+    if isinstance(attention_mask, dict) and isinstance(attention_mask.get("full_attention"), TreeMask):
+        tree = attention_mask["full_attention"]
+        return sum((s.end - s.start) * s.prefix_len + (s.end - s.start) * (s.end - s.start + 1) // 2
+                   for s in tree.segments if s.start < tree.tokens)
+    if isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
+        lengths = attention_mask.sum(1).to(torch.int64)
+    else:
+        lengths = torch.full((input_ids.shape[0],), input_ids.shape[1], dtype=torch.int64)
+    return int((lengths * (lengths + 1) // 2).sum())
+
+
+def pack_tree(
+    input_ids: Tensor, lengths: Tensor, prefix: Tensor, prefix_row: Tensor, kernel: TreeKernel = "segments",
+    pad_id: int = 0,
+) -> PackedPass:
+    """Lay out the forwarded rows of a pass as one packed row (module docstring).
+
+    Args:
+      input_ids: ``[f, W]`` the rows' token ids, right-padded (any device; the result is on it).
+      lengths: ``[f]`` real tokens per row.
+      prefix: ``[f]`` tokens of each row that its group shares (0: none). Rows of one group must
+        have the same prefix length and the same first ``prefix`` ids (the caller checks the ids)
+        and at least one token after it.
+      prefix_row: ``[f]`` each row's group (``0..g-1``); rows with no shared prefix may each be
+        their own group.
+      kernel: ``"flex"`` pads the packed row to a multiple of :data:`FLEX_BLOCK` (pad tokens form
+        their own group and are read by nothing).
+      pad_id: the id of pad tokens.
+    """
+    if kernel not in TREE_KERNELS:
+        raise ValueError(f"unknown tree kernel {kernel!r}; expected one of {TREE_KERNELS}")
+    lengths, prefix, prefix_row = lengths.cpu().tolist(), prefix.cpu().tolist(), prefix_row.cpu().tolist()
+    f, W = input_ids.shape
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(prefix_row):
+        members.setdefault(g, []).append(i)
+    ids_parts: list[Tensor] = []
+    pos_parts: list[Tensor] = []
+    group_parts: list[Tensor] = []
+    branch_parts: list[Tensor] = []
+    segments: list[Segment] = []
+    index = torch.full((f, W), -1, dtype=torch.long)
+    at = 0
+
+    def put(row: int, lo: int, hi: int, g: int, b: int) -> None:
+        nonlocal at
+        ids_parts.append(input_ids[row, lo:hi])
+        pos_parts.append(torch.arange(lo, hi))
+        group_parts.append(torch.full((hi - lo,), g, dtype=torch.long))
+        branch_parts.append(torch.full((hi - lo,), b, dtype=torch.long))
+        at += hi - lo
+
+    for g, rows in enumerate(members.values()):
+        p = prefix[rows[0]]
+        if any(prefix[i] != p for i in rows):
+            raise ValueError("the rows of one group must share one prefix length")
+        prefix_start = at
+        if p > 0:
+            segments.append(Segment(at, at + p))
+            put(rows[0], 0, p, g, -1)
+            for i in rows:
+                index[i, :p] = torch.arange(prefix_start, prefix_start + p)
+        for i in rows:
+            if lengths[i] <= p:
+                raise ValueError("every row needs at least one token after its shared prefix")
+            segments.append(Segment(at, at + lengths[i] - p, prefix_start, p))
+            index[i, p : lengths[i]] = torch.arange(at, at + lengths[i] - p)
+            put(i, p, lengths[i], g, i)
+    tokens = at
+    if kernel == "flex" and at % FLEX_BLOCK:
+        pad = FLEX_BLOCK - at % FLEX_BLOCK
+        segments.append(Segment(at, at + pad))
+        ids_parts.append(torch.full((pad,), pad_id, dtype=input_ids.dtype, device=input_ids.device))
+        pos_parts.append(torch.zeros(pad, dtype=torch.long))
+        group_parts.append(torch.full((pad,), len(members), dtype=torch.long))
+        branch_parts.append(torch.full((pad,), -1, dtype=torch.long))
+    device = input_ids.device
+    mask = TreeMask(segments, torch.cat(group_parts).to(device), torch.cat(branch_parts).to(device), kernel, tokens)
+    return PackedPass(torch.cat(ids_parts)[None], torch.cat(pos_parts)[None].to(device), index.to(device), mask)
+
+
+def segment_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:
+    """The rule of ``mask`` by one sdpa call per segment: ``[1, H, N, D]`` like ``query``."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gqa = query.shape[1] != key.shape[1]
+    outs = []
+    for s in mask.segments:
+        q = query[:, :, s.start : s.end]
+        k, v = key[:, :, s.start : s.end], value[:, :, s.start : s.end]
+        if s.prefix_len == 0:
+            outs.append(sdpa(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa))
+            continue
+        lo, hi = s.prefix_start, s.prefix_start + s.prefix_len
+        k = torch.cat([key[:, :, lo:hi], k], dim=2)
+        v = torch.cat([value[:, :, lo:hi], v], dim=2)
+        n = s.end - s.start
+        allowed = torch.ones(n, s.prefix_len + n, dtype=torch.bool, device=query.device)
+        allowed[:, s.prefix_len :] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
+        outs.append(sdpa(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=gqa))
+    return torch.cat(outs, dim=2)
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    # dynamic: the packed row's length changes from pass to pass; one compilation serves them all
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def flex_tree_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:
+    """The rule of ``mask`` by one compiled flex attention call: ``[1, H, N, D]`` like ``query``."""
+    return _compiled_flex()(query, key, value, block_mask=mask.block_mask(), scale=scale,
+                            enable_gqa=query.shape[1] != key.shape[1])
+
+
+def tree_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:
+    """``[1, H, N, D]``: attention of the packed row under ``mask``'s rule, by its kernel."""
+    if mask.kernel == "flex":
+        return flex_tree_attention(query, key, value, mask, scale)
+    return segment_attention(query, key, value, mask, scale)
+
+
+def default_kernel(device: torch.device) -> TreeKernel:
+    """``"flex"`` on CUDA (where flex attention has a backward pass), ``"segments"`` elsewhere."""
+    if device.type != "cuda":
+        return "segments"
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return "segments"
+    return "flex"
+
+
+# --- the model side ---------------------------------------------------------------------------
+
+_PREFIX = "seeupo_tree_"
+
+
+def _register(base: str) -> str:
+    """Register (once) the attention function and mask function named ``seeupo_tree_<base>``."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = _PREFIX + base
+    if name in ALL_ATTENTION_FUNCTIONS:
+        return name
+    if base == "eager":
+        from transformers.models.llama.modeling_llama import eager_attention_forward as base_fn
+    else:
+        base_fn = ALL_ATTENTION_FUNCTIONS[base]
+
+    def attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                  scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
+        if not isinstance(attention_mask, TreeMask):
+            return base_fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        if dropout > 0:
+            raise ValueError("tree attention computes without dropout; keep the model's attention dropout at 0")
+        out = tree_attention(query, key, value, attention_mask, scaling)
+        return out.transpose(1, 2).contiguous(), None
+
+    ALL_ATTENTION_FUNCTIONS.register(name, attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    return name
+
+
+def enable_tree_attention(model: torch.nn.Module) -> str | None:
+    """Make ``model`` (a transformers model or backbone) compute :class:`TreeMask` passes; ``None`` if it
+    can, else a one-line reason why not (the model is then left as it was).
+
+    Needs a transformers model whose layers all use full attention through an attention function
+    of the registry (``sdpa`` or ``eager``) and that passes a prepared mask mapping through to it;
+    checked by a 3-token probe: ``[a | b, c]`` (prefix ``a``, branches ``b`` and ``c``) must give at
+    ``c`` the hidden state of the row ``a, c`` forwarded alone. Idempotent: the answer is kept on
+    the model (its configuration names the tree function; a reason in ``_seeupo_no_tree``), so a
+    copy of the model keeps it too.
+    """
+    config = getattr(model, "config", None)
+    if str(getattr(config, "_attn_implementation", None)).startswith(_PREFIX):
+        return None
+    reason = getattr(model, "_seeupo_no_tree", None)
+    if reason is None:
+        reason = _enable(model)
+        if reason is not None:
+            object.__setattr__(model, "_seeupo_no_tree", reason)
+    return reason
+
+
+def _enable(model: torch.nn.Module) -> str | None:
+    from seeupo.llm.models import keeps_every_key
+
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "_attn_implementation"):
+        return f"{type(model).__name__} is not a transformers model"
+    if not keeps_every_key(config):
+        return "not all its layers are full attention (sliding-window or linear-attention layers)"
+    base = config._attn_implementation or "eager"
+    if base.startswith(_PREFIX):
+        return None
+    if base not in ("sdpa", "eager"):
+        return f"its attention implementation {base!r} is not sdpa or eager"
+    config._attn_implementation = _register(base)
+    reason = _probe(model)
+    if reason is not None:
+        config._attn_implementation = base
+    return reason
+
+
+def _probe(model: torch.nn.Module) -> str | None:
+    """Check on 3 tokens that ``model`` computes the tree rule (see :func:`enable_tree_attention`)."""
+    param = next(model.parameters())
+    device = param.device
+    ids = torch.tensor([[5, 6, 7]], device=device)
+    packed = pack_tree(ids.new_tensor([[5, 6, 0], [5, 7, 0]]), torch.tensor([2, 2]), torch.tensor([1, 1]),
+                       torch.tensor([0, 0]), "segments")
+    try:
+        with torch.no_grad():
+            tree = _last_hidden(model(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                                      attention_mask={"full_attention": packed.mask}, use_cache=False))
+            alone = _last_hidden(model(input_ids=ids[:, [0, 2]], position_ids=torch.tensor([[0, 1]], device=device),
+                                       use_cache=False))
+    except Exception as error:  # a model that does not take a mask mapping fails here
+        return f"it does not take a prepared attention mask ({type(error).__name__}: {str(error)[:120]})"
+    finally:
+        # FSDP2 keeps the root's parameters gathered after a forward (for the backward that usually
+        # follows): shard them again, so that an optimizer built next holds the sharded parameters
+        for module in model.modules():
+            if type(module).__name__.startswith("FSDP") and callable(getattr(module, "reshard", None)):
+                module.reshard()
+    a, b = tree[0, 2].float(), alone[0, 1].float()
+    tolerance = 1e-3 if param.dtype in (torch.float32, torch.float64) else 5e-2
+    if not torch.allclose(a, b, rtol=tolerance, atol=tolerance * float(b.abs().max().clamp_min(1e-6))):
+        return "it ignores a prepared attention mask (the 3-token probe differs from the row forwarded alone)"
+    return None
+
+
+def _last_hidden(output: Any) -> Tensor:
+    value = getattr(output, "last_hidden_state", None)
+    return output.logits if value is None else value
