@@ -40,6 +40,25 @@ def test_every_preset_trains_on_the_bridge(preset, tmp_path):
     assert 0.0 <= records[-1]["bridge/J"] <= records[-1]["bridge/J_star"] + 1e-9
 
 
+def test_a_run_logs_no_transformers_deprecation(tmp_path):
+    """transformers >= 5.24 logs "`past_key_values`/`cache_params` are deprecated" (once per process,
+    through its logger) when a caller names the cache the old way; a run reads and passes ``cache``."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = logging.getLogger("transformers")  # its modules' loggers propagate to it
+    logging.Logger.warning_once.cache_clear()  # an earlier test may have logged it already
+    library.addHandler(handler)
+    try:
+        cfg = load_train_config(None, SMALL + ["algorithm.preset=seeupo", "steps=1", f"out_dir={tmp_path}"])
+        Trainer(cfg).train()
+    finally:
+        library.removeHandler(handler)
+    assert not [r.getMessage() for r in records if "deprecated" in r.getMessage()]
+
+
 def _comparable(records):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in records]
 
