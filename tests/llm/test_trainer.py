@@ -59,6 +59,22 @@ def test_a_run_logs_no_transformers_deprecation(tmp_path):
     assert not [r.getMessage() for r in records if "deprecated" in r.getMessage()]
 
 
+def test_a_sequential_run_logs_whether_its_ratio_passes_were_fused(tmp_path):
+    import warnings
+
+    def run(name, *extra):
+        cfg = load_train_config(None, SMALL + ["algorithm.preset=seeupo", *extra, f"out_dir={tmp_path / name}"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = Trainer(cfg).train()
+        return [h["actor/fused_ratio_passes"] for h in history], [str(w.message) for w in caught if "not fused" in str(w.message)]
+
+    assert run("fused", "steps=1") == ([1.0], [])
+    fused, warned = run("unfused", "steps=2", "algorithm.minibatches=2")
+    assert fused == [0.0, 0.0]
+    assert len(warned) == 1 and warned[0].startswith("ratio passes not fused: minibatches=2 > 1")  # once per run
+
+
 def _comparable(records):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in records]
 
