@@ -21,7 +21,7 @@ _EXPORTS = {
     ],
     "seeupo.core.update": [
         "Policy", "TurnUpdate", "UpdateSettings", "UpdateStats", "compute_advantages", "current_factor", "final_factor",
-        "policy_update", "sequential_sweep", "turn_order",
+        "fusion_blocker", "policy_update", "sequential_sweep", "turn_order",
     ],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -215,7 +215,9 @@ class UpdateStats:
     clipping. A step whose loss or gradient is not finite is skipped (no parameter change)
     and counted in ``skipped_steps``. A sequential update also reports its ``turn_order`` and
     ``factor``, the ``[n_traj]`` factor ``F`` that the last turn's weights read (the product over
-    the other turns; :func:`final_factor` adds the last turn's ratio).
+    the other turns; :func:`final_factor` adds the last turn's ratio); where its ``M`` reads the
+    ratio, ``fused_ratio_passes`` says whether the ratio passes were fused into the next turns'
+    steps (:func:`fused_sequential_sweep`) and ``fusion_blocker`` why not (:func:`fusion_blocker`).
     """
 
     steps: int = 0
@@ -226,6 +228,8 @@ class UpdateStats:
     grad_norm: list[float] = field(default_factory=list)
     turn_order: list[int] = field(default_factory=list)
     factor: Tensor | None = None
+    fused_ratio_passes: bool | None = None
+    fusion_blocker: str | None = None
 
 
 class TurnUpdate(Protocol):
@@ -537,28 +541,49 @@ def sequential_sweep(
     return order, factor
 
 
+def fusion_blocker(
+    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, settings: UpdateSettings | None = None
+) -> str | None:
+    """Why :func:`fused_sequential_sweep` cannot make ``cfg``'s sequential update of ``policy`` on
+    ``batch`` (a one-line reason), or ``None`` where it can.
+
+    ``settings.fuse_ratio_passes`` must be on and the policy's turns must share its parameters
+    (:class:`Policy`). Only the first optimizer step of a turn runs under the weights the previous
+    turn's update left, so each turn needs one minibatch (:func:`steps_per_turn`; any number of
+    epochs); ``M`` must be aligned (a row's weight reads its own trajectory's factor, computed in
+    its own pass) and take each turn's ratio once (no ``m_refresh``); with ``settings.dp``, a
+    trajectory's rows must have one owner.
+    """
+    settings = settings if settings is not None else UpdateSettings()
+    if not settings.fuse_ratio_passes:
+        return "fuse_ratio_passes is off"
+    if cfg.schedule != "sequential":
+        return f"schedule={cfg.schedule} (only a sequential update has ratio passes)"
+    if not M_FACTORS.get(cfg.m_factor).uses_ratio:
+        return f"m_factor={cfg.m_factor} reads no ratio"
+    if not getattr(policy, "turns_share_parameters", False):
+        return "the policy's turns do not share its parameters (turns_share_parameters)"
+    if cfg.m_refresh:
+        return "m_refresh takes each turn's ratio again"
+    if cfg.m_alignment != "trajectory":
+        return f"m_alignment={cfg.m_alignment} (a row's weight reads another trajectory's factor)"
+    minibatches = steps_per_turn(cfg, num_turns(batch))[1]
+    if minibatches != 1:
+        return f"minibatches={minibatches} > 1 per turn (only a turn's first step runs under the previous turn's weights)"
+    if settings.dp is not None and batch.owner is not None:
+        first = torch.full((batch.num_trajectories,), -1, dtype=batch.owner.dtype, device=batch.owner.device)
+        first[batch.traj_id] = batch.owner
+        if not bool((first[batch.traj_id] == batch.owner).all()):
+            return "a trajectory's rows have more than one owner (data parallelism)"
+    return None
+
+
 def can_fuse_ratio_passes(
     policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None
 ) -> bool:
-    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update of ``policy`` on ``batch``.
-
-    The policy's turns must share its parameters (:class:`Policy`). Only the first optimizer
-    step of a turn runs under the weights the previous turn's update left, so each turn needs
-    one minibatch (:func:`steps_per_turn`; any number of epochs); ``M`` must be aligned (a row's
-    weight reads its own trajectory's factor, computed in its own pass) and take each turn's
-    ratio once (no ``m_refresh``); with ``dp``, a trajectory's rows must have one owner.
-    """
-    if not getattr(policy, "turns_share_parameters", False):
-        return False
-    if cfg.schedule != "sequential" or not M_FACTORS.get(cfg.m_factor).uses_ratio:
-        return False
-    if cfg.m_refresh or cfg.m_alignment != "trajectory" or steps_per_turn(cfg, num_turns(batch))[1] != 1:
-        return False
-    if dp is not None and batch.owner is not None:
-        first = torch.full((batch.num_trajectories,), -1, dtype=batch.owner.dtype, device=batch.owner.device)
-        first[batch.traj_id] = batch.owner
-        return bool((first[batch.traj_id] == batch.owner).all())
-    return True
+    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update of ``policy`` on
+    ``batch`` (:func:`fusion_blocker` gives the reason where not)."""
+    return fusion_blocker(policy, batch, cfg, UpdateSettings(dp=dp)) is None
 
 
 def fused_sequential_sweep(
@@ -613,8 +638,8 @@ def policy_update(
     Simultaneous: ``epochs x minibatches`` optimizer steps on all turns at once (PPO, GRPO,
     GSPO, RLOO). Sequential: :func:`sequential_sweep`, each turn getting ``epochs x
     minibatches`` steps on its own rows (:func:`steps_per_turn`); where it can
-    (:func:`can_fuse_ratio_passes`, ``settings.fuse_ratio_passes``), the same sweep with the ratio
-    passes fused into the next turn's first step (:func:`fused_sequential_sweep`). ``settings``: the inputs and
+    (:func:`fusion_blocker` gives none), the same sweep with the ratio passes fused into the next
+    turn's first step (:func:`fused_sequential_sweep`; ``stats.fused_ratio_passes``). ``settings``: the inputs and
     execution settings that are not the algorithm (:class:`UpdateSettings`; ``None``: defaults).
     With ``settings.dp`` the result is the single-process update.
     """
@@ -625,7 +650,10 @@ def policy_update(
         steps(torch.ones_like(batch.valid), advantages)
         return stats
     steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
-    if settings.fuse_ratio_passes and can_fuse_ratio_passes(policy, batch, cfg, settings.dp):
+    blocker = fusion_blocker(policy, batch, cfg, settings)
+    if M_FACTORS.get(cfg.m_factor).uses_ratio:  # else there is no ratio pass to fuse
+        stats.fused_ratio_passes, stats.fusion_blocker = blocker is None, blocker
+    if blocker is None:
         stats.turn_order, stats.factor = fused_sequential_sweep(batch, advantages, cfg, steps, settings.generator)
     else:
         stats.turn_order, stats.factor = sequential_sweep(

@@ -145,7 +145,8 @@ class OptimConfig:
       allows (one minibatch per turn: :func:`seeupo.core.update.fused_sequential_sweep`); the
       same update (a language model's weights serve every turn); ``false``: the reference sweep.
       Only with a packed layout, where the finished turn's rows carry the next turn's (one pass
-      instead of two); with ``scoring: per_row`` the reference sweep runs either way.
+      instead of two); with ``scoring: per_row`` the reference sweep runs either way. The metric
+      ``actor/fused_ratio_passes`` says whether a step fused them; the run warns once why not.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).

@@ -160,13 +160,16 @@ def update_metrics(batch: SampleBatch, stats: UpdateStats, logp_diff: torch.Tens
     turns' real tokens, ``episode/turns_mean`` the valid turns per trajectory;
     ``rollout/logp_diff_max`` is the largest ``|log p_policy - log p_engine|`` over real tokens
     (``logp_diff``, one entry per real token; 0 when there is none). ``prep_s``: seconds of scoring
-    and advantages; ``update_s``: of the update, the critic's and the weight sync.
+    and advantages; ``update_s``: of the update, the critic's and the weight sync. A sequential
+    update whose ``M`` reads the ratio adds ``actor/fused_ratio_passes``: 1 when its ratio passes
+    were fused into the next turns' steps, 0 when not (``stats.fusion_blocker`` says why).
     """
     real = batch.token_mask & batch.valid[:, None]
     returns = per_trajectory(batch.traj_return, batch)
     turns = segment_sum(batch.valid.to(torch.float64), batch.traj_id, batch.num_trajectories)
     response_tokens = real.sum(1)[batch.valid].to(torch.float64)
-    return {
+    fused = {} if stats.fused_ratio_passes is None else {"actor/fused_ratio_passes": float(stats.fused_ratio_passes)}
+    return fused | {
         "actor/pg_loss": -_mean(stats.objective),
         "actor/pg_clipfrac": _mean(stats.clip_frac),
         "actor/kl_loss": _mean(stats.kl),

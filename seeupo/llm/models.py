@@ -139,6 +139,17 @@ def cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def output_cache(output: Any) -> Any:
+    """The key/value cache a model's (or ``generate``'s) output carries, or ``None``.
+
+    transformers >= 5.24 names the field ``cache``, and reading ``past_key_values`` there logs a
+    deprecation line; older versions have ``past_key_values`` only.
+    """
+    if hasattr(output, "cache"):
+        return output.cache
+    return getattr(output, "past_key_values", None)
+
+
 def keeps_every_key(config: Any) -> bool:
     """Whether a transformers model of ``config`` keeps every token's key and value in its cache.
 

@@ -128,10 +128,21 @@ def shared_micro_batches(
 
 
 def _live_rows(batch: SampleBatch) -> Tensor:
-    """Indices of the rows that go through the model: valid rows with at least one response token."""
+    """Indices of the rows that go through the model: valid rows with at least one response token.
+
+    Refuses (``ValueError``) a live row without a context or whose ``attention_mask`` is not right-padded.
+    """
     live = (batch.valid & batch.token_mask.any(1)).nonzero().squeeze(1)
     if bool((batch.data["response_start"][live] < 1).any()):
         raise ValueError("every valid row needs a non-empty context (response_start >= 1)")
+    # every layout reads a row's tokens from column 0 (response_start, widths, position ids): a 0
+    # before a 1 (left padding, or a hole) would be scored wrong without an error
+    mask = batch.data["attention_mask"][live]
+    unpadded = (mask[:, 1:] > mask[:, :-1]).any(1)  # a 0 followed by a 1
+    if bool(unpadded.any()):
+        k = int(unpadded.nonzero()[0])
+        i, what = int(live[k]), "starts with 0" if not mask[k, 0] else "has a 0 between 1s"
+        raise ValueError(f"rows must be right-padded (real tokens first, then padding): row {i}'s attention_mask {what}")
     return live
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import torch
 
-from seeupo.llm.models import cache_argument, keeps_every_key
+from seeupo.llm.models import cache_argument, keeps_every_key, output_cache
 
 Tensor = torch.Tensor
 
@@ -356,8 +356,7 @@ class HFGenerateEngine:
             end = end if end is not None else len(tokens)
             completions.append(Completion(tokens[:end], logps[i, :end].tolist(), reason))
         if reuse:
-            out_cache = getattr(result, "past_key_values", None)
-            out_cache = out_cache if out_cache is not None else getattr(result, "cache", None)
+            out_cache = output_cache(result)
             if isinstance(out_cache, DynamicCache):
                 self._keep(out_cache, result.sequences.cpu(), attention_mask, [len(c.token_ids) for c in completions])
         return completions

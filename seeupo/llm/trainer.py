@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,7 +40,7 @@ from seeupo.llm.build import build_models, load_model
 from seeupo.llm.checkpoint import (
     latest_checkpoint, load_checkpoint, load_rng, load_sharded, save_checkpoint, saved_run_config, set_rng_state,
 )
-from seeupo.llm.config import TrainConfig, resume_changes
+from seeupo.llm.config import OptimConfig, TrainConfig, resume_changes
 from seeupo.llm.distributed import Distributed, full_state_dict, gather_batch
 from seeupo.llm.envs import EnvSpec, WarmUp, make_environment
 from seeupo.llm.layout import scoring_batch
@@ -83,6 +84,17 @@ def _no_prompt_fits(limit: int, shortest: int | None) -> InputError:
     seen = f" (the shortest prompt seen has {shortest} tokens)" if shortest is not None else ""
     return InputError("config.rollout.max_context", f"{limit} tokens: no prompt of this step fits the context{seen}; "
                                                     "raise rollout.max_context")
+
+
+def _fusion_switched_off(optim: OptimConfig) -> str | None:
+    """Why the config switches off the fused ratio passes of a sequential update, or ``None``."""
+    if not optim.fuse_ratio_passes:
+        return "optim.fuse_ratio_passes is false"
+    if optim.scoring == "per_row":
+        # per row, a fused step would forward the finished turn's rows with gradient, apart from
+        # the trained ones: more work, not less (benchmarks/RESULTS.md, issue 18)
+        return "optim.scoring is per_row (fusing saves a pass only where a later turn's row carries the earlier one)"
+    return None
 
 
 def _step_seed(seed: int, step: int, stream: int) -> int:
@@ -147,6 +159,7 @@ class Trainer:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr)
         self.step_count = 0
         self.non_finite_in_a_row = 0
+        self._unfused_reasons: set[str] = set()  # why ratio passes were not fused, each warned of once
 
     @property
     def is_main(self) -> bool:
@@ -267,10 +280,10 @@ class Trainer:
             logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
             micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
             row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
-            # per row, a fused step would forward the finished turn's rows with gradient, apart from
-            # the trained ones: more work, not less (benchmarks/RESULTS.md, issue 18)
-            fuse_ratio_passes=cfg.optim.fuse_ratio_passes and cfg.optim.scoring != "per_row",
+            fuse_ratio_passes=_fusion_switched_off(cfg.optim) is None,
         ))
+        if stats.fusion_blocker is not None:
+            self._warn_unfused(_fusion_switched_off(cfg.optim) or stats.fusion_blocker)
         m_logs = {}
         if cfg.logging.m_final or cfg.logging.m_drift:
             m_logs = m_metrics(self.policy, batch, algo, stats, drift=cfg.logging.m_drift, dp=dp)
@@ -292,6 +305,13 @@ class Trainer:
         if self.env.metrics is not None:
             metrics |= self.env.metrics(self.policy)
         return metrics
+
+    def _warn_unfused(self, reason: str) -> None:
+        """Warn once per run and reason (process 0) that a sequential update's ratio passes were not
+        fused: each turn then costs a separate no-gradient pass (``actor/fused_ratio_passes`` is 0)."""
+        if self.is_main and reason not in self._unfused_reasons:
+            self._unfused_reasons.add(reason)
+            warnings.warn(f"ratio passes not fused: {reason}", stacklevel=3)
 
     def _update_critic(self, batch: SampleBatch, advantages: torch.Tensor, values: torch.Tensor) -> float:
         """One pass of the clipped value loss towards the GAE returns ``A + V_old`` (PPO).

@@ -23,6 +23,7 @@ from seeupo.core.update import (
     compute_advantages,
     current_factor,
     final_factor,
+    fusion_blocker,
     minibatch_plan,
     policy_update,
     sequential_sweep,
@@ -958,13 +959,33 @@ def test_fused_ratio_passes_make_the_reference_update(changes, settings):
         assert getattr(fused_stats, key) == pytest.approx(getattr(ref_stats, key), rel=1e-12, abs=1e-12), key
 
 
-@pytest.mark.parametrize("changes", [{"minibatches": 2}, {"m_refresh": True}, {"m_alignment": "shuffled"},
-                                     {"m_factor": "none"}, {"schedule": "simultaneous"}])
-def test_no_fusion_where_the_schedule_does_not_allow_it(changes):
+@pytest.mark.parametrize("changes,reason", [
+    ({"minibatches": 2}, "minibatches=2 > 1"), ({"m_refresh": True}, "m_refresh"), ({"m_alignment": "shuffled"}, "m_alignment=shuffled"),
+    ({"m_factor": "none"}, "m_factor=none reads no ratio"), ({"schedule": "simultaneous"}, "schedule=simultaneous"),
+])
+def test_no_fusion_where_the_schedule_does_not_allow_it(changes, reason):
     batch, logits = make_rollout(seed=7)
     policy = TinyPolicy(logits)
-    assert can_fuse_ratio_passes(policy, batch, SEEUPO)
+    assert can_fuse_ratio_passes(policy, batch, SEEUPO) and fusion_blocker(policy, batch, SEEUPO) is None
     assert not can_fuse_ratio_passes(policy, batch, SEEUPO.replace(**changes))
+    assert reason in fusion_blocker(policy, batch, SEEUPO.replace(**changes))
+
+
+@pytest.mark.parametrize("changes,fuse,fused,reason", [
+    ({}, True, True, None),
+    ({}, False, False, "fuse_ratio_passes is off"),
+    ({"minibatches": 2}, True, False, "minibatches=2 > 1"),
+    ({"m_factor": "none"}, True, None, None),  # no ratio pass to fuse
+    ({"schedule": "simultaneous"}, True, None, None),
+])
+def test_the_update_reports_whether_it_fused_its_ratio_passes(changes, fuse, fused, reason):
+    batch, logits = make_rollout(seed=7)
+    cfg = SEEUPO.replace(**changes)
+    policy = TinyPolicy(logits)
+    stats = policy_update(policy, CountingSGD(policy.parameters(), lr=2.0), batch, compute_advantages(batch, cfg), cfg,
+                          UpdateSettings(generator=torch.Generator().manual_seed(3), fuse_ratio_passes=fuse))
+    assert stats.fused_ratio_passes is fused
+    assert stats.fusion_blocker == reason or reason in stats.fusion_blocker
 
 
 def test_no_fusion_for_a_policy_with_per_turn_parameters():

@@ -101,6 +101,10 @@ def test_update_metrics_by_hand():
     assert m["rollout/logp_diff_max"] == 0.5
     assert (m["timing_s/prep"], m["timing_s/update_actor"], m["perf/total_num_tokens"]) == (2.0, 3.0, 6.0)
     assert update_metrics(_batch(), stats, torch.zeros(0), lr=0.0, prep_s=0.0, update_s=0.0)["rollout/logp_diff_max"] == 0.0
+    assert "actor/fused_ratio_passes" not in m  # not a sequential update whose M reads the ratio
+    for fused in (True, False):
+        stats.fused_ratio_passes = fused
+        assert update_metrics(_batch(), stats, torch.zeros(0), lr=0.0, prep_s=0.0, update_s=0.0)["actor/fused_ratio_passes"] == float(fused)
 
 
 def test_critic_and_timing_metrics_by_hand():

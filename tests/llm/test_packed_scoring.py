@@ -204,6 +204,35 @@ def test_log_probs_and_gradients_equal_per_row(exact64, layout, size, budget):
     assert _max_diff(grads_got, grads_want) <= TOL64
 
 
+@pytest.mark.parametrize("layout", ("per_row",) + LAYOUTS)
+def test_rows_that_are_not_right_padded_are_refused(exact64, layout):
+    # every layout reads a row from column 0: left padding (or a hole in the mask) would be scored wrong silently
+    model = copy.deepcopy(exact64[0])
+    batch, _ = _multi_turn_batch(model.config.vocab_size)
+    data, pad = batch.data, torch.zeros(batch.num_rows, 1, dtype=torch.long)
+    left_padded = batch.with_updates(data={
+        **data, "input_ids": torch.cat([pad, data["input_ids"]], 1), "attention_mask": torch.cat([pad, data["attention_mask"]], 1),
+        "response_start": data["response_start"] + 1})
+    row = int(batch.valid.nonzero()[0])
+    holed_mask = data["attention_mask"].clone()
+    holed_mask[row, 1] = 0  # every context has at least 5 tokens
+    holed = batch.with_updates(data={**data, "attention_mask": holed_mask})
+    policy = CausalLMPolicy(model, scoring=layout)
+    reference = ReferencePolicy(model, scoring=layout, copy_model=False)
+    critic = ValueModel.from_causal_lm(model, copy_model=False, scoring=layout)
+    want = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
+    with torch.no_grad():
+        for score in (policy.token_logps, reference.logp_ref, critic.values):
+            score(batch)  # right padding is scored as before
+            with pytest.raises(ValueError, match=r"rows must be right-padded .*: row \d+'s attention_mask starts with 0"):
+                score(left_padded)
+            with pytest.raises(ValueError, match=f"row {row}'s attention_mask has a 0 between 1s"):
+                score(holed)
+        assert (policy.token_logps(batch) - want).abs().max() <= TOL64
+        with pytest.raises(ValueError, match="right-padded"):
+            policy.micro_batches(left_padded, 8, None, False)  # the update's planning of its passes too
+
+
 def test_prefix_shared_is_the_default():
     assert CausalLMPolicy(torch.nn.Linear(1, 1)).scoring == "prefix_shared"
 

@@ -40,6 +40,41 @@ def test_every_preset_trains_on_the_bridge(preset, tmp_path):
     assert 0.0 <= records[-1]["bridge/J"] <= records[-1]["bridge/J_star"] + 1e-9
 
 
+def test_a_run_logs_no_transformers_deprecation(tmp_path):
+    """transformers >= 5.24 logs "`past_key_values`/`cache_params` are deprecated" (once per process,
+    through its logger) when a caller names the cache the old way; a run reads and passes ``cache``."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = logging.getLogger("transformers")  # its modules' loggers propagate to it
+    logging.Logger.warning_once.cache_clear()  # an earlier test may have logged it already
+    library.addHandler(handler)
+    try:
+        cfg = load_train_config(None, SMALL + ["algorithm.preset=seeupo", "steps=1", f"out_dir={tmp_path}"])
+        Trainer(cfg).train()
+    finally:
+        library.removeHandler(handler)
+    assert not [r.getMessage() for r in records if "deprecated" in r.getMessage()]
+
+
+def test_a_sequential_run_logs_whether_its_ratio_passes_were_fused(tmp_path):
+    import warnings
+
+    def run(name, *extra):
+        cfg = load_train_config(None, SMALL + ["algorithm.preset=seeupo", *extra, f"out_dir={tmp_path / name}"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = Trainer(cfg).train()
+        return [h["actor/fused_ratio_passes"] for h in history], [str(w.message) for w in caught if "not fused" in str(w.message)]
+
+    assert run("fused", "steps=1") == ([1.0], [])
+    fused, warned = run("unfused", "steps=2", "algorithm.minibatches=2")
+    assert fused == [0.0, 0.0]
+    assert len(warned) == 1 and warned[0].startswith("ratio passes not fused: minibatches=2 > 1")  # once per run
+
+
 def _comparable(records):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in records]
 
