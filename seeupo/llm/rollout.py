@@ -179,7 +179,8 @@ class _StaticDecoder:
                 self._forward()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA work of other threads (a data loader, a logger) does not break the capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.logits = self._forward()
         self.graph = graph
 
