@@ -43,7 +43,7 @@ PATHS = {  # name: HFGenerateEngine keyword arguments
 
 
 def build_model(shape: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
-    """A random-weight Qwen3 of ``shape``, initialised directly on ``device`` (a 1.7B CPU init would take most of the budget)."""
+    """A random-weight Qwen3 of ``shape``, initialised on ``device`` (a 1.7B init on the CPU would eat the time budget)."""
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     sys.path.insert(0, str(HERE))
@@ -74,9 +74,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--n", type=int, default=8, help="completions per prompt (batch = prompts x n)")
     p.add_argument("--prompt-len", type=int, default=1000)
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=1, help="timed calls per path, after one warm-up call (1: fits 90 s on a GPU)")
-    p.add_argument("--paths", default=None, help=f"comma-separated, of {sorted(PATHS)} (default: all; no graph on the CPU)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU (1: no waiting threads on a shared machine)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="timed calls per path, after one warm-up call (1: the GPU run fits in 90 s)")
+    p.add_argument("--paths", default=None,
+                   help=f"comma-separated, of {sorted(PATHS)} (default: all; no graph on the CPU)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads on the CPU (1: no threads waiting on each other on a shared machine)")
     p.add_argument("--out", default=None, help="append one JSON line per path to this file")
     args = p.parse_args(argv)
 
@@ -130,7 +133,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "cuda_graph_used": bool(engine._static is not None and engine._static.graph is not None),
             "same_tokens": (sum(a == b for a, b in zip(rows, reference)) / len(rows)) if reference else None,
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
-            "elapsed_s": time.perf_counter() - start_all, "torch": torch.__version__, "transformers": transformers.__version__,
+            "elapsed_s": time.perf_counter() - start_all, "torch": torch.__version__,
+            "transformers": transformers.__version__,
             "load_average_1min": os.getloadavg()[0],
         }
         records.append(record)

@@ -113,7 +113,9 @@ _LENGTH_STEP = 128
 
 
 class _PreallocatedCache:
-    """Per-layer key/value buffers ``[batch, kv_heads, length, head_dim]``, written in place (transformers' cache interface).
+    """Per-layer key/value buffers ``[batch, kv_heads, length, head_dim]``, written in place.
+
+    It is used through transformers' cache interface (the attention layers call :meth:`update`).
 
     A forward pass calls :meth:`update` once per layer with the new tokens' keys and values; they go
     to the columns ``column, column + 1, ...`` (a device tensor, so that a captured CUDA graph reads
@@ -127,7 +129,8 @@ class _PreallocatedCache:
         self.values = [torch.zeros_like(k) for k in self.keys]
         self.column = torch.zeros(1, dtype=torch.long, device=device)
 
-    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args,
+               **kwargs) -> tuple[Tensor, Tensor]:
         index = self.column + torch.arange(key_states.shape[2], device=self.column.device)
         self.keys[layer_idx].index_copy_(2, index, key_states)
         self.values[layer_idx].index_copy_(2, index, value_states)
@@ -135,7 +138,7 @@ class _PreallocatedCache:
 
 
 class _StaticDecoder:
-    """The static path's state: preallocated key/values for ``batch`` rows of ``length`` columns, and the one-token step.
+    """The static path's state: key/values preallocated for ``batch`` rows of ``length`` columns, and the one-token step.
 
     The step forwards ``ids`` at ``positions`` (``[batch, 1]`` each) against ``mask`` (the 4-D mask
     the model's attention takes as it is: boolean for SDPA, additive for eager) and returns the
@@ -444,14 +447,16 @@ class HFGenerateEngine:
         share = self.share_prompts and n > 1
         static = self.resolved_cache() == "static"
         if static and not self.static_supported():
+            impl = self.model.config._attn_implementation
             raise ValueError("cache='static' needs a model whose layers all keep every key (no sliding window or "
-                             f"linear attention) and SDPA or eager attention; got {self.model.config._attn_implementation!r}")
+                             f"linear attention) and SDPA or eager attention; got {impl!r}")
         repeat = 1
         if reuse or share or static:
             rows = prompts if share else [p for p in prompts for _ in range(n)]
             input_ids, attention_mask, cache = self._prefill(rows, reuse, len(prompts) * n)
             if share:
-                input_ids, attention_mask, repeat = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0), n
+                input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
+                repeat = n
                 if cache is not None and not static:  # the static path repeats it while copying it into its buffers
                     cache.batch_repeat_interleave(n)
         else:  # the reference path: whole left-padded prompts, generate prefills them
