@@ -101,7 +101,8 @@ class _CachedContext:
 
 
 # the key/value cache choices of HFGenerateEngine: "auto" is "static" for a CUDA model the static path
-# supports, else "dynamic" (on the CPU the static path is not faster: see benchmarks/RESULTS.md)
+# supports, else "dynamic" (on the CPU the static path was not reliably faster with SmolLM2-135M,
+# only with the tiny test model: benchmarks/RESULTS.md)
 CACHES = ("auto", "dynamic", "static")
 # the static path's masks are built here, in the form these attention implementations take
 _STATIC_ATTENTION = ("sdpa", "eager")
