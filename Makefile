@@ -118,6 +118,8 @@ benchmark: $(BIN)/seeupo
 SHAPE ?= qwen3-1.7b
 benchmark-gpu: $(BIN)/seeupo
 	$(BIN)/python benchmarks/gpu_train.py --shape $(SHAPE)
+	# HF engine decoding at batch 32: generate's dynamic cache against the static one (CUDA graph)
+	$(BIN)/python benchmarks/generation_gpu.py --shape $(SHAPE) --out benchmarks/results/generation_gpu.jsonl
 	# one training step per scoring layout at the BFCL shape (issue 18), on the GPU
 	$(BIN)/python benchmarks/multiturn_cost.py --shape $(SHAPE) --dtype bfloat16 --device cuda --turns 10 --presets grpo,seeupo
 

@@ -17,6 +17,12 @@ Precision: Hugging Face ``generate`` casts each step's logits to float32 before 
 engine's log-probabilities are float32 numbers even for a float64 model (they agree with a
 float64 recomputation to about 1e-6, not 1e-12); they are still exactly the distribution the
 tokens were drawn from.
+
+Decoding with a preallocated cache: ``HFGenerateEngine(cache="static")`` decodes with its own loop
+over key/value buffers allocated once for the whole batch (every prompt's ``n`` completions),
+instead of ``generate``'s growing ``DynamicCache``; on CUDA the one-token step is captured once as a
+CUDA graph and replayed. It samples the same tokens with the same log-probabilities as
+``cache="dynamic"`` (the reference: ``generate`` itself), tested on the CPU.
 """
 
 from __future__ import annotations
@@ -94,6 +100,111 @@ class _CachedContext:
     values: list[Tensor]
 
 
+# the key/value cache choices of HFGenerateEngine: "auto" is "static" for a CUDA model the static path
+# supports, else "dynamic" (on the CPU the static path was not reliably faster with SmolLM2-135M,
+# only with the tiny test model: benchmarks/RESULTS.md)
+CACHES = ("auto", "dynamic", "static")
+# the static path's masks are built here, in the form these attention implementations take
+_STATIC_ATTENTION = ("sdpa", "eager")
+# "auto" takes the static path only for these model families (tested: Qwen3 here, SmolLM2 is a
+# Llama); cache="static" asks for it with any model static_supported() accepts
+_AUTO_STATIC_MODELS = ("qwen3", "qwen2", "llama")
+# static buffers are allocated for lengths rounded up to this, so that calls of nearby lengths reuse them
+_LENGTH_STEP = 128
+
+
+class _PreallocatedCache:
+    """Per-layer key/value buffers ``[batch, kv_heads, length, head_dim]``, written in place.
+
+    It is used through transformers' cache interface (the attention layers call :meth:`update`).
+
+    A forward pass calls :meth:`update` once per layer with the new tokens' keys and values; they go
+    to the columns ``column, column + 1, ...`` (a device tensor, so that a captured CUDA graph reads
+    the current value on each replay) and the whole buffers are returned: columns not yet written
+    hold stale numbers, which the attention mask hides.
+    """
+
+    def __init__(self, layers: int, batch: int, heads: int, length: int, dim: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.keys = [torch.zeros(batch, heads, length, dim, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros_like(k) for k in self.keys]
+        self.column = torch.zeros(1, dtype=torch.long, device=device)
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args,
+               **kwargs) -> tuple[Tensor, Tensor]:
+        index = self.column + torch.arange(key_states.shape[2], device=self.column.device)
+        self.keys[layer_idx].index_copy_(2, index, key_states)
+        self.values[layer_idx].index_copy_(2, index, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+
+class _StaticDecoder:
+    """The static path's state: key/values preallocated for ``batch`` rows of ``length`` columns, and the one-token step.
+
+    The step forwards ``ids`` at ``positions`` (``[batch, 1]`` each) against ``mask`` (the 4-D mask
+    the model's attention takes as it is: boolean for SDPA, additive for eager) and returns the
+    last logits. With ``cuda_graph`` it is captured on its first call and replayed afterwards: the
+    inputs are then changed in place, never replaced.
+    """
+
+    def __init__(self, model: torch.nn.Module, cache_kwarg: str, batch: int, length: int, cuda_graph: bool) -> None:
+        config = model.config
+        param = next(model.parameters())
+        device, dtype = param.device, param.dtype
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        self.model, self.cache_kwarg, self.batch, self.length = model, cache_kwarg, batch, length
+        self.cache = _PreallocatedCache(config.num_hidden_layers, batch, heads, length, dim, dtype, device)
+        self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        if config._attn_implementation == "sdpa":  # True: attend
+            self.visible, self.hidden = True, False
+            self.mask = torch.zeros(batch, 1, 1, length, dtype=torch.bool, device=device)
+        else:  # eager: added to the scores
+            self.visible, self.hidden = 0.0, torch.finfo(dtype).min
+            self.mask = torch.zeros(batch, 1, 1, length, dtype=dtype, device=device)
+        self.requested = cuda_graph  # what the engine asked for (cuda_graph below turns False if capture fails)
+        self.cuda_graph = cuda_graph and device.type == "cuda"
+        self.graph = None
+        self.logits: Tensor | None = None  # the captured graph's output
+
+    def _forward(self) -> Tensor:
+        out = self.model(input_ids=self.ids, position_ids=self.positions, attention_mask=self.mask, use_cache=True,
+                         **{self.cache_kwarg: self.cache})
+        return out.logits[:, -1]
+
+    def _capture(self) -> None:
+        # warm up on a side stream first (lazy initialisations, cuBLAS workspaces), as torch's CUDA
+        # graph notes ask; the warm-up computes the very step to come (same inputs, same column)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: CUDA work of other threads (a data loader, a logger) does not break the capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self.logits = self._forward()
+        self.graph = graph
+
+    def step(self) -> Tensor:
+        """``[batch, vocab]`` logits of the current ``ids`` (their keys and values go to column ``cache.column``)."""
+        if not self.cuda_graph:
+            return self._forward()
+        if self.graph is None:
+            try:
+                self._capture()
+            except Exception as err:  # an operation a graph cannot hold: decode eagerly (same numbers)
+                import warnings
+
+                warnings.warn(f"CUDA graph capture of the decode step failed, decoding eagerly: {err!r}", stacklevel=2)
+                self.cuda_graph, self.graph = False, None
+                return self._forward()
+        self.graph.replay()
+        return self.logits
+
+
 class HFGenerateEngine:
     """Sampling with Hugging Face ``generate`` on the training model itself.
 
@@ -123,6 +234,22 @@ class HFGenerateEngine:
     :meth:`sync_weights`, a load). Only models whose cache is a plain ``DynamicCache`` of
     full-attention layers reuse; others (sliding windows, linear attention) take the plain path.
 
+    ``cache="static"`` decodes without ``generate``: the batch's key/values (all its rows, each
+    ``n`` times) go into buffers allocated once, of the prompt width plus ``max_new_tokens``
+    (rounded up to a multiple of 128, so that later calls of nearby sizes reuse them), and a loop
+    forwards one token per row and step against a mask that shows each row its prompt and the
+    tokens drawn so far. The prefill (shared prompts, reused contexts) is the one above, computed
+    in a ``DynamicCache`` and copied into the buffers, so reuse across turns works with both
+    caches. Sampling repeats ``generate``'s: float32 logits, ``/ temperature``, top-``p``
+    (transformers' own warper), one ``torch.multinomial`` over the whole batch per step, finished
+    rows padded, a stop when every row has finished; so with a seed the two paths draw the same
+    tokens (tested against ``cache="dynamic"``; the log-probabilities differ by float rounding:
+    the attention sums over other lengths). On CUDA the decode step is captured as a CUDA graph
+    (``cuda_graph``) on the first call of a batch shape and replayed, which removes the per-kernel
+    launch cost of a 28-layer step. The buffers (and graph) of the last shape are kept between calls:
+    ``2 * layers * batch * length * kv_heads * head_dim`` numbers, 4.2 GB for Qwen3-1.7B in bf16 at
+    batch 32 and 1,152 columns; :meth:`sync_weights` drops them.
+
     Args:
       model: the causal LM (shared with the policy: no weight copy).
       pad_token_id: the id used for padding (any id; padding is masked).
@@ -135,6 +262,12 @@ class HFGenerateEngine:
         ``max_batch_size``: one ``generate`` call's worth, 46 KB per token for SmolLM2-135M in
         float32). A rollout of more trajectories than this, in several calls per turn, reuses
         little: each call evicts the previous call's sequences.
+      cache: one of :data:`CACHES`: ``"dynamic"`` decodes with ``generate`` (the reference path),
+        ``"static"`` with the preallocated buffers (models whose layers all keep every key, with
+        SDPA or eager attention); ``"auto"`` (default) is ``"static"`` when the model is on CUDA
+        and supported, else ``"dynamic"`` (decided at each call, from where the model is then).
+      cuda_graph: on CUDA, capture the static path's decode step as a CUDA graph (``False``: run
+        it eagerly; it is always eager on the CPU).
     """
 
     def __init__(
@@ -146,7 +279,11 @@ class HFGenerateEngine:
         share_prompts: bool = True,
         reuse_contexts: bool = True,
         max_cached: int | None = None,
+        cache: str = "auto",
+        cuda_graph: bool = True,
     ) -> None:
+        if cache not in CACHES:
+            raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
@@ -158,11 +295,15 @@ class HFGenerateEngine:
         self._cached: OrderedDict[int, _CachedContext] = OrderedDict()  # oldest first
         self._next_key = 0
         self._weights: tuple | None = None  # the weights the kept key/values were computed with
+        self.cache = cache
+        self.cuda_graph = bool(cuda_graph)
+        self._static: _StaticDecoder | None = None  # the static path's buffers (and graph) of the last batch shape
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """The engine samples from the very module that is trained (swaps in ``model`` if it is another one); kept key/values are dropped."""
         self.model = model
         self._cached.clear()
+        self._static = None
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
@@ -171,6 +312,7 @@ class HFGenerateEngine:
         weights = self._weights_version()
         if weights != self._weights:  # key/values of other weights are not this model's
             self._cached.clear()
+            self._static = None  # a captured graph reads the weights' old storage (a load may have replaced it)
             self._weights = weights
         if params.seed is None:
             done = self._generate_all(prompts, n, params)
@@ -191,6 +333,19 @@ class HFGenerateEngine:
         for start in range(0, len(prompts), per_call):
             out.extend(self._generate_chunk(prompts[start : start + per_call], n, params))
         return out
+
+    def static_supported(self) -> bool:
+        """Whether the model can take the static path: every layer keeps every key, and SDPA or eager attention."""
+        config = self.model.config
+        return keeps_every_key(config) and getattr(config, "_attn_implementation", None) in _STATIC_ATTENTION
+
+    def resolved_cache(self) -> str:
+        """The cache the next call decodes with: ``"dynamic"`` or ``"static"`` (``"auto"`` resolved)."""
+        if self.cache != "auto":
+            return self.cache
+        on_cuda = next(self.model.parameters()).device.type == "cuda"
+        auto = getattr(self.model.config, "model_type", None) in _AUTO_STATIC_MODELS
+        return "static" if on_cuda and auto and self.static_supported() else "dynamic"
 
     def _cache_kwarg(self) -> str:
         return cache_argument(self.model)
@@ -266,35 +421,44 @@ class HFGenerateEngine:
                        position_ids=position_ids[:, P:-1].to(device), use_cache=True, **{self._cache_kwarg(): cache})
         return input_ids, attention_mask, cache
 
-    def _keep(self, cache: object, sequences: Tensor, attention_mask: Tensor, lengths: list[int]) -> None:
-        """Keep each row's key/values: its prompt columns and its first ``lengths[b]`` new tokens."""
+    def _keep(self, layers: list[tuple[Tensor, Tensor]], written: int, sequences: Tensor, attention_mask: Tensor,
+              lengths: list[int]) -> None:
+        """Keep each row's key/values: its prompt columns and its first ``lengths[b]`` new tokens.
+
+        ``layers``: per layer, the ``[rows, heads, columns, dim]`` keys and values of the call;
+        ``written``: how many columns hold real key/values (the prompt's, then one per forwarded token).
+        """
         width = attention_mask.shape[1]
-        layers = cache.layers
-        total = layers[0].keys.shape[2]
+        device = layers[0][0].device
         for b in range(sequences.shape[0]):
-            kept = min(lengths[b], total - width)  # the last sampled token was never forwarded
+            kept = min(lengths[b], written - width)  # the last sampled token was never forwarded
             columns = torch.cat([attention_mask[b].nonzero()[:, 0], torch.arange(width, width + kept)])
-            index = columns.to(layers[0].keys.device)
+            index = columns.to(device)
             self._cached[self._next_key] = _CachedContext(
                 sequences[b, columns].cpu(),
-                [layer.keys[b].index_select(1, index) for layer in layers],
-                [layer.values[b].index_select(1, index) for layer in layers],
+                [keys[b].index_select(1, index) for keys, _ in layers],
+                [values[b].index_select(1, index) for _, values in layers],
             )
             self._next_key += 1
             while len(self._cached) > self.max_cached:
                 self._cached.popitem(last=False)
 
     def _generate_chunk(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[Completion]:
-        from transformers import DynamicCache, GenerationConfig
-
         reuse = self._reuses()
         share = self.share_prompts and n > 1
-        if reuse or share:
+        static = self.resolved_cache() == "static"
+        if static and not self.static_supported():
+            impl = self.model.config._attn_implementation
+            raise ValueError("cache='static' needs a model whose layers all keep every key (no sliding window or "
+                             f"linear attention) and SDPA or eager attention; got {impl!r}")
+        repeat = 1
+        if reuse or share or static:
             rows = prompts if share else [p for p in prompts for _ in range(n)]
             input_ids, attention_mask, cache = self._prefill(rows, reuse, len(prompts) * n)
             if share:
                 input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
-                if cache is not None:
+                repeat = n
+                if cache is not None and not static:  # the static path repeats it while copying it into its buffers
                     cache.batch_repeat_interleave(n)
         else:  # the reference path: whole left-padded prompts, generate prefills them
             width = max(len(p) for p in prompts)
@@ -304,6 +468,33 @@ class HFGenerateEngine:
                 input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 attention_mask[i, width - len(p) :] = 1
             input_ids, attention_mask, cache = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0), None
+        if static:
+            new_tokens, logps, layers, written = self._decode_static(input_ids, attention_mask, cache, repeat, params)
+        else:
+            new_tokens, logps, layers, written = self._decode_generate(input_ids, attention_mask, cache, params)
+        completions = []
+        stop_set = set(params.stop_token_ids)
+        for i in range(new_tokens.shape[0]):
+            tokens = new_tokens[i].tolist()
+            end = next((k + 1 for k, t in enumerate(tokens) if t in stop_set), None)
+            reason = "stop" if end is not None else "length"
+            end = end if end is not None else len(tokens)
+            completions.append(Completion(tokens[:end], logps[i, :end].tolist(), reason))
+        if reuse and layers is not None:
+            sequences = torch.cat([input_ids, new_tokens], dim=1)
+            self._keep(layers, written, sequences, attention_mask, [len(c.token_ids) for c in completions])
+        return completions
+
+    def _decode_generate(self, input_ids: Tensor, attention_mask: Tensor, cache: object | None,
+                         params: SamplingParams) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor]] | None, int]:
+        """The reference decoding: ``generate`` continues ``input_ids`` from ``cache`` (its columns but the last).
+
+        Returns the new tokens ``[rows, steps]`` and their log-probabilities (on the CPU), and the
+        per-layer key/values with the number of columns written (``None`` where the cache is not a
+        plain ``DynamicCache``).
+        """
+        from transformers import DynamicCache, GenerationConfig
+
         width = input_ids.shape[1]
         prefilled = {} if cache is None else {self._cache_kwarg(): cache}
         greedy = params.temperature == 0
@@ -346,17 +537,82 @@ class HFGenerateEngine:
             ],
             dim=1,
         ).cpu()
-        new_tokens = new_tokens.cpu()
-        completions = []
-        stop_set = set(stops)
-        for i in range(new_tokens.shape[0]):
-            tokens = new_tokens[i].tolist()
-            end = next((k + 1 for k, t in enumerate(tokens) if t in stop_set), None)
-            reason = "stop" if end is not None else "length"
-            end = end if end is not None else len(tokens)
-            completions.append(Completion(tokens[:end], logps[i, :end].tolist(), reason))
-        if reuse:
-            out_cache = output_cache(result)
-            if isinstance(out_cache, DynamicCache):
-                self._keep(out_cache, result.sequences.cpu(), attention_mask, [len(c.token_ids) for c in completions])
-        return completions
+        out_cache = output_cache(result)
+        if not isinstance(out_cache, DynamicCache):
+            return new_tokens.cpu(), logps, None, 0
+        layers = [(layer.keys, layer.values) for layer in out_cache.layers]
+        return new_tokens.cpu(), logps, layers, layers[0][0].shape[2]
+
+    def _static_decoder(self, batch: int, length: int) -> _StaticDecoder:
+        """The buffers for ``batch`` rows of ``length`` columns: those of the last call when they fit, else new ones."""
+        length = -(-length // _LENGTH_STEP) * _LENGTH_STEP
+        st, param = self._static, next(self.model.parameters())
+        reusable = (st is not None and st.model is self.model and st.batch == batch and st.length == length
+                    and st.requested == self.cuda_graph and st.ids.device == param.device
+                    and st.cache.keys[0].dtype == param.dtype)
+        if not reusable:
+            self._static = None  # free the old buffers (and graph) before allocating new ones
+            self._static = _StaticDecoder(self.model, self._cache_kwarg(), batch, length, self.cuda_graph)
+        return self._static
+
+    def _decode_static(self, input_ids: Tensor, attention_mask: Tensor, cache: object | None, repeat: int,
+                       params: SamplingParams) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor]], int]:
+        """The static path's decoding: what :meth:`_decode_generate` returns, with preallocated key/values.
+
+        ``cache``: the prefill's ``DynamicCache`` of all but the last column, one row per
+        ``repeat`` rows of ``input_ids`` (shared prompts), or ``None`` (one-column prompts).
+        """
+        from transformers.generation.logits_process import TopPLogitsWarper
+
+        rows, width = input_ids.shape
+        steps = params.max_new_tokens
+        # columns: the prompt's but the last, then one per forwarded token (the last column of the
+        # prompt first, then every sampled token but the last)
+        st = self._static_decoder(rows, width - 1 + steps)
+        device = st.ids.device
+        if cache is not None:
+            for layer, (keys, values) in enumerate(zip(st.cache.keys, st.cache.values)):
+                for buffer, prefix in ((keys, cache.layers[layer].keys), (values, cache.layers[layer].values)):
+                    # row r of the prefill fills rows r * repeat ... (r + 1) * repeat - 1
+                    buffer[:, :, : width - 1].unflatten(0, (-1, repeat)).copy_(prefix.unsqueeze(1))
+        mask = attention_mask.to(device).bool()
+        st.mask.fill_(st.hidden)
+        st.mask[:, 0, 0, :width].masked_fill_(mask, st.visible)
+        # positions follow the mask, as generate makes them: the last prompt token's is the count of
+        # real tokens before it, and each step adds one
+        st.positions.copy_(mask.long().sum(1, keepdim=True) - 1)
+        st.ids.copy_(input_ids[:, -1:])
+        st.cache.column.fill_(width - 1)
+
+        greedy = params.temperature == 0
+        top_p = TopPLogitsWarper(params.top_p) if not greedy and params.top_p < 1.0 else None
+        stops = torch.tensor(params.stop_token_ids, dtype=torch.long, device=device) if params.stop_token_ids else None
+        unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+        tokens = torch.full((rows, steps), self.pad_token_id, dtype=torch.long, device=device)
+        logps = torch.zeros((rows, steps), dtype=torch.float32, device=device)
+        taken = 0
+        for k in range(steps):
+            if k > 0:  # the token forwarded now sits in column width - 1 + k: show it to its row
+                st.mask[:, 0, 0, width - 1 + k] = st.visible
+            logits = st.step().to(dtype=torch.float32, copy=True)  # what generate samples from
+            if greedy:
+                scores = logits
+                next_tokens = torch.argmax(scores, dim=-1)
+            else:
+                scores = logits / params.temperature if params.temperature != 1.0 else logits
+                if top_p is not None:
+                    scores = top_p(None, scores)
+                next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            logps[:, k] = torch.log_softmax(scores, dim=-1).gather(1, next_tokens[:, None]).squeeze(1)
+            if stops is not None:  # finished rows get padding, as in generate
+                next_tokens = torch.where(unfinished, next_tokens, self.pad_token_id)
+                unfinished &= ~torch.isin(next_tokens, stops)
+            tokens[:, k] = next_tokens
+            taken = k + 1
+            if taken == steps or (stops is not None and not bool(unfinished.any())):
+                break
+            st.ids.copy_(next_tokens[:, None])
+            st.positions.add_(1)
+            st.cache.column.add_(1)
+        layers = list(zip(st.cache.keys, st.cache.values))
+        return tokens[:, :taken].cpu(), logps[:, :taken].cpu(), layers, width - 1 + taken

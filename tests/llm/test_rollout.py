@@ -130,8 +130,10 @@ def _counting(model):
 
     def hook(module, args, kwargs):
         ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
-        # generate drops an all-ones mask (one unpadded row)
-        counted.append(ids.numel() if mask is None else int(mask[:, mask.shape[1] - ids.shape[1]:].sum()))
+        # generate drops an all-ones mask (one unpadded row); the static path's decode steps pass a
+        # 4-D mask and forward one real token per row
+        real = mask is None or mask.dim() == 4
+        counted.append(ids.numel() if real else int(mask[:, mask.shape[1] - ids.shape[1]:].sum()))
 
     return counted, model.register_forward_pre_hook(hook, with_kwargs=True)
 
@@ -324,3 +326,150 @@ def test_sliding_window_models_take_the_plain_path(tiny64):
         counts[reuse] = counted
     assert results[True].token_ids == results[False].token_ids
     assert counts[True] == counts[False] and counts[True][0] == 20 + 4 + 1
+
+
+def _random_prompts(tokenizer, lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, len(tokenizer), (length,), generator=g).tolist() for length in lengths]
+
+
+def _assert_same(reference, static, tol):
+    """Same tokens and finish reasons, log-probabilities within ``tol``; returns the largest difference."""
+    worst = 0.0
+    for ref_group, st_group in zip(reference, static, strict=True):
+        for a, b in zip(ref_group, st_group, strict=True):
+            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+            worst = max([worst] + [abs(x - y) for x, y in zip(a.logprobs, b.logprobs)])
+    assert worst < tol
+    return worst
+
+
+# the static path against the reference (generate with a DynamicCache): same tokens, and log-probs to
+# float32 rounding (measured over these cases: at most 4.8e-7 in float32, one rounding step at
+# |log p| ~ 4-8, since the attention sums run over other lengths; 0 in float64, where generate's
+# float32 logits absorb the difference); asserted < 1e-6
+STATIC_CASES = {
+    "sampled": dict(temperature=0.9, max_new_tokens=9, seed=3),
+    "greedy": dict(temperature=0.0, max_new_tokens=7),
+    "top_p": dict(temperature=1.0, top_p=0.6, max_new_tokens=8, seed=5),
+    "stops": dict(temperature=1.3, max_new_tokens=12, stop_token_ids=(5, 9, 17, 40, 77), seed=1),
+    "one_token": dict(temperature=0.8, max_new_tokens=1, seed=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATIC_CASES))
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("share", [True, False])
+def test_static_cache_samples_the_same_tokens_as_the_reference(tiny32, tiny64, case, dtype_name, share):
+    model, tokenizer = tiny64 if dtype_name == "float64" else tiny32
+    prompts = _random_prompts(tokenizer, (30, 1, 17, 9), seed=0)
+    params = SamplingParams(**STATIC_CASES[case])
+    out = {}
+    for cache in ("dynamic", "static"):
+        engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=6, share_prompts=share,
+                                  reuse_contexts=False, cache=cache)
+        out[cache] = engine.generate(prompts, 3, params)  # 2 calls: 2 prompts x 3, then 2 x 3
+    _assert_same(out["dynamic"], out["static"], 1e-6)
+    if case == "stops":  # the case exercises both endings
+        reasons = {c.finish_reason for g in out["static"] for c in g}
+        assert reasons == {"stop", "length"}
+
+
+def test_static_cache_logprobs_equal_the_policy(tiny32, sample_prompts, score_completions):
+    model, tokenizer = tiny32
+    prompts = sample_prompts(tokenizer)
+    params = SamplingParams(temperature=0.9, max_new_tokens=12, stop_token_ids=(tokenizer.eos_token_id,), seed=3)
+    results = HFGenerateEngine(model, tokenizer.pad_token_id, cache="static").generate(prompts, 3, params)
+    got, engine, _ = score_completions(model, prompts, results, 0.9)
+    assert (got - engine).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_static_cache_with_context_reuse_across_turns(tiny64, temperature, monkeypatch):
+    # reuse keeps key/values from the static buffers and prefills later turns from them: the same
+    # tokens and forwarded token counts as the dynamic reference with reuse, and as no reuse at all
+    model, tokenizer = tiny64
+    plain, contexts, plain_counts = _turns(model, tokenizer, False, temperature)
+    monkeypatch.setattr(HFGenerateEngine, "resolved_cache", lambda self: "static")
+    static, contexts_s, static_counts = _turns(model, tokenizer, True, temperature)
+    assert contexts == contexts_s
+    for a_turn, b_turn in zip(plain, static):
+        _assert_same([a_turn], [b_turn], 1e-9)
+    for t in (1, 2):
+        saved = sum(min(len(prev) + 4, len(now) - 1) for prev, now in zip(contexts[t - 1], contexts[t]))
+        # the static path forwards a prompt's last token in its first step, as generate does
+        assert plain_counts[t] - static_counts[t] == saved > 0
+
+
+def test_static_buffers_are_reused_and_dropped(tiny32):
+    model, tokenizer = tiny32
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id, cache="static")
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)
+    first = engine.generate(_random_prompts(tokenizer, (10, 20), seed=1), 2, params)
+    buffers = engine._static
+    # a call of the same batch size and a length in the same 128-column step reuses the buffers
+    again = engine.generate(_random_prompts(tokenizer, (10, 20), seed=1), 2, params)
+    assert engine._static is buffers
+    assert [c.token_ids for g in first for c in g] == [c.token_ids for g in again for c in g]
+    engine.generate(_random_prompts(tokenizer, (10,), seed=1), 2, params)  # another batch size: new buffers
+    assert engine._static is not buffers
+    engine.sync_weights(model)
+    assert engine._static is None
+
+
+def test_static_buffers_are_dropped_when_the_weights_change(tiny32):
+    # a CUDA graph reads the weights' storage: a load that replaces it must not replay the old graph
+    model, tokenizer = tiny32
+    model = copy.deepcopy(model)
+    engine = HFGenerateEngine(model, tokenizer.pad_token_id, cache="static")
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)
+    prompts = _random_prompts(tokenizer, (10, 20), seed=1)
+    engine.generate(prompts, 2, params)
+    buffers = engine._static
+    model.load_state_dict({k: v + 0.01 for k, v in model.state_dict().items()}, assign=True)
+    got = engine.generate(prompts, 2, params)
+    assert engine._static is not buffers
+    want = HFGenerateEngine(model, tokenizer.pad_token_id, cache="dynamic").generate(prompts, 2, params)
+    _assert_same(want, got, 1e-6)
+
+
+def test_cache_choice_is_validated_and_auto_is_dynamic_on_the_cpu(tiny32):
+    model, tokenizer = tiny32
+    with pytest.raises(ValueError, match="cache must be one of"):
+        HFGenerateEngine(model, tokenizer.pad_token_id, cache="paged")
+    assert HFGenerateEngine(model, tokenizer.pad_token_id).resolved_cache() == "dynamic"
+    assert HFGenerateEngine(model, tokenizer.pad_token_id, cache="static").resolved_cache() == "static"
+
+
+def test_static_cache_rejects_sliding_windows(tiny64):
+    from transformers import Qwen3ForCausalLM
+
+    model, tokenizer = tiny64
+    config = copy.deepcopy(model.config)
+    config.use_sliding_window, config.sliding_window = True, 8
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    sliding = Qwen3ForCausalLM(config).to(torch.float64).eval()
+    engine = HFGenerateEngine(sliding, tokenizer.pad_token_id, cache="static")
+    assert not engine.static_supported()
+    with pytest.raises(ValueError, match="static"):
+        engine.generate([[5, 6, 7]], 1, SamplingParams(max_new_tokens=2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_static_cache_cuda_graph_samples_the_same_tokens_on_cuda(tiny32):
+    # on CUDA "auto" is static and the decode step is a captured CUDA graph, replayed: the same
+    # tokens as generate on the same device (float32; log-probs to the kernels' rounding)
+    model, tokenizer = tiny32
+    model = copy.deepcopy(model).cuda()
+    prompts = _random_prompts(tokenizer, (30, 1, 17, 9), seed=0)
+    worst = 0.0
+    for case in sorted(STATIC_CASES):
+        params = SamplingParams(**STATIC_CASES[case])
+        reference = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=6, cache="dynamic").generate(
+            prompts, 3, params)
+        engine = HFGenerateEngine(model, tokenizer.pad_token_id, max_batch_size=6)
+        assert engine.resolved_cache() == "static"
+        got = engine.generate(prompts, 3, params)
+        assert engine._static.graph is not None
+        worst = max(worst, _assert_same(reference, got, 1e-5))
+    print(f"CUDA static (graph) vs dynamic: largest log-prob difference {worst:.2e}")
