@@ -6,10 +6,11 @@ A causal LM's head maps a hidden state ``h [H]`` to logits ``h @ W.T (+ b)`` ove
     log p(t) = z_t - logsumexp_v z_v,        z = (h @ W.T + b) / tau
 
 computed in at least float32. With ``N`` read positions the plain computation
-(:func:`token_logprobs_reference`, what :class:`~seeupo.llm.policy.CausalLMPolicy` did first)
-materialises ``[N, V]`` logits several times over (the head's output in the weights' dtype, its
-float32 copy, the ``log_softmax`` kept for the backward pass): at Qwen3's ``V = 151,936`` and a few
-thousand positions that is tens of GiB. :func:`token_logprobs_chunked` gives the same numbers and
+(:func:`token_logprobs_reference`, what :class:`~seeupo.llm.policy.CausalLMPolicy` computes from
+the model's logits) materialises ``[N, V]`` logits several times over (the head's output in the
+weights' dtype, its float32 copy divided by the temperature, the ``log_softmax`` kept for the
+backward pass): at Qwen3's ``V = 151,936`` and 12,000 positions, 17 GiB to score and 20 GiB to
+update (``benchmarks/logprob_memory.py``, bf16 on an H200). :func:`token_logprobs_chunked` gives the same numbers and
 gradients while holding only one chunk of rows' logits at a time and saving nothing of size ``V``
 per row for the backward pass (it recomputes each chunk's logits there). :func:`token_logprobs_liger`
 does the same with liger-kernel's fused Triton kernel on CUDA. :func:`logprob_backend` picks one by
@@ -25,6 +26,7 @@ and returns ``[N]`` log-probabilities in ``promote_types(hidden.dtype, float32)`
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from typing import Callable, Literal, get_args
 
 import torch
@@ -47,8 +49,8 @@ _CHUNK_ELEMENTS = 2**26
 # gradient by one number and get grad_weight wrong
 _LIGER_MIN_VERSION = (0, 8, 2)
 
-# transformers causal LMs whose logits are exactly lm_head(final hidden state) (transformers
-# 5.16-5.24); others may scale or soft-cap the logits after the head (Gemma 2/3:
+# transformers causal LMs whose logits are exactly lm_head(final hidden state) (read in
+# transformers 5.24's modeling code); others may scale or soft-cap the logits after the head (Gemma 2/3:
 # final_logit_softcapping, Cohere: logit_scale, Granite: logits_scaling) and must use the
 # model's own logits (the reference path)
 _PLAIN_HEAD_MODEL_TYPES = frozenset({
@@ -131,8 +133,13 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         for start in range(0, n, chunk_rows):
             rows = slice(start, start + chunk_rows)
             z = _chunk_logits(hidden[rows], weight, bias, temperature, dtype)
-            lse[rows] = torch.logsumexp(z, dim=-1)
-            logp[rows] = z.gather(1, target[rows, None]).squeeze(1) - lse[rows]
+            z_target = z.gather(1, target[rows, None]).squeeze(1)
+            # logsumexp in place (torch.logsumexp would allocate another [rows, V] tensor);
+            # the logits are finite, so subtracting the row's maximum is safe
+            top = z.amax(dim=1)
+            lse[rows] = top + z.sub_(top[:, None]).exp_().sum(dim=1).log_()
+            logp[rows] = z_target - lse[rows]
+            del z  # before the next chunk's logits exist: one chunk alive at a time, not two
         # only the inputs and one number per row: the backward pass recomputes each chunk's logits
         ctx.save_for_backward(hidden, weight, bias, target, lse)
         ctx.temperature = temperature
@@ -167,6 +174,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
                 grad_weight.add_(grad_logits.T @ h)
             if need_bias:  # summed before the cast: free, and no rounding per chunk
                 grad_bias.add_(grad_z.sum(0))
+            del grad_z, grad_logits  # one chunk alive at a time
         if need_weight:
             grad_weight = grad_weight.to(weight.dtype)
         if need_bias:
@@ -239,13 +247,13 @@ def liger_unavailable(device: torch.device | str) -> str | None:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """``"0.8.2.dev2026"`` -> ``(0, 8, 2)``: the release numbers of a version string."""
+    """``"0.8.2.dev2026"`` or ``"0.8.2rc1"`` -> ``(0, 8, 2)``: the release numbers of a version string."""
     numbers = []
     for part in version.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", part)
+        if digits is None:
             break
-        numbers.append(int(digits))
+        numbers.append(int(digits.group()))
     return tuple(numbers)
 
 

@@ -31,7 +31,8 @@ def problem(n: int, h: int, v: int, dtype: torch.dtype, seed: int = 0, bias: boo
 def values_and_grads(fn, hidden, weight, bias, target, temperature, **kwargs):
     """``fn``'s values and the gradients of ``sum(g * logp)`` (a fixed random ``g``) w.r.t. hidden, weight, bias."""
     logp = fn(hidden, weight, target, temperature, bias, **kwargs)
-    g = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(logp.dtype)
+    g = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    g = g.to(logp.device, logp.dtype)
     inputs = [x for x in (hidden, weight, bias) if x is not None and x.requires_grad]
     return logp.detach(), torch.autograd.grad((g * logp).sum(), inputs)
 
@@ -203,6 +204,20 @@ def test_backend_names():
         logprob_backend("fused", "cpu")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_chunked_on_cuda():
+    """The same bounds as on the CPU: float32 to float32 rounding, bf16 to a few bf16 ulps (cuBLAS's sums)."""
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2**-6)):
+        hidden, weight, bias, target = problem(300, 64, 5000, dtype)
+        hidden, weight, bias = (x.detach().cuda().requires_grad_() for x in (hidden, weight, bias))
+        target = target.cuda()
+        ref, ref_grads = values_and_grads(token_logprobs_reference, hidden, weight, bias, target, 0.7)
+        out, grads = values_and_grads(token_logprobs_chunked, hidden, weight, bias, target, 0.7, chunk_rows=37)
+        assert max_gap(out, ref) < 1e-5
+        for got, want in zip(grads, ref_grads):
+            assert max_gap(got, want) <= tol * want.abs().max().item()
+
+
 _NO_LIGER = liger_unavailable("cuda")
 
 
@@ -256,3 +271,11 @@ def test_head_of_refuses_scaled_or_softcapped_logits():
     config.logits_scaling = 8.0  # a Granite-style scale on a known type: refused by the config check
     assert "logits_scaling" in head_unsupported(cls(config))
     assert "no transformers config" in head_unsupported(torch.nn.Linear(3, 4))
+
+
+def test_liger_version_parsing():
+    from seeupo.llm.logprobs import _LIGER_MIN_VERSION, _release
+
+    assert _release("0.8.2") == (0, 8, 2) and _release("0.8.2rc1") == (0, 8, 2)
+    assert _release("0.8.5.dev20261027042432") == (0, 8, 5) and _release("1.0") == (1, 0)
+    assert _release("0.8.1") < _LIGER_MIN_VERSION <= _release("0.8.2") < _release("0.10.0")
