@@ -25,6 +25,7 @@ and returns ``[N]`` log-probabilities in ``promote_types(hidden.dtype, float32)`
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import re
 from typing import Callable, Literal, get_args
@@ -57,7 +58,9 @@ _PLAIN_HEAD_MODEL_TYPES = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "gemma", "phi3", "olmo2",
 })
 # config fields that change the logits after the head (any model type): a belt to the list's braces
-_LOGIT_CHANGING_FIELDS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier", "mup_enabled")
+_LOGIT_CHANGING_FIELDS = (
+    "final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier", "mup_enabled",
+)
 
 
 def _check(hidden: Tensor, weight: Tensor, target: Tensor, temperature: float, bias: Tensor | None) -> None:
@@ -110,7 +113,9 @@ def default_chunk_rows(vocab_size: int) -> int:
     return max(1, _CHUNK_ELEMENTS // max(vocab_size, 1))
 
 
-def _chunk_logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float, dtype: torch.dtype) -> Tensor:
+def _chunk_logits(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float, dtype: torch.dtype
+) -> Tensor:
     """``(hidden @ weight.T + bias)`` in the weights' dtype, then in ``dtype`` divided by ``temperature``.
 
     The same operations, in the same order, as :func:`token_logprobs_reference`, so that each
@@ -240,7 +245,7 @@ def liger_unavailable(device: torch.device | str) -> str | None:
         return (f"liger-kernel {version} computes wrong head gradients with reduction='none' "
                 f"(needs >= {'.'.join(map(str, _LIGER_MIN_VERSION))})")
     try:
-        import liger_kernel.transformers.functional  # noqa: F401  (Triton and a CUDA build must import)
+        importlib.import_module("liger_kernel.transformers.functional")  # Triton and its compiler must load
     except Exception as err:  # an ImportError, or Triton failing to find its compiler
         return f"liger-kernel does not import: {type(err).__name__}: {err}"
     return None

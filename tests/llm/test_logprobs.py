@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -279,3 +283,27 @@ def test_liger_version_parsing():
     assert _release("0.8.2") == (0, 8, 2) and _release("0.8.2rc1") == (0, 8, 2)
     assert _release("0.8.5.dev20261027042432") == (0, 8, 5) and _release("1.0") == (1, 0)
     assert _release("0.8.1") < _LIGER_MIN_VERSION <= _release("0.8.2") < _release("0.10.0")
+
+
+def test_importing_needs_neither_liger_nor_transformers():
+    code = ("import sys, seeupo.llm.logprobs; "
+            "print(sorted(m for m in ('liger_kernel', 'transformers', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow  # four subprocesses that import torch: about 10 s
+def test_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/logprob_memory.py end to end at a toy size: the record is appended and the paths agree."""
+    out = tmp_path / "lpm.jsonl"
+    out.write_text(json.dumps({"an": "earlier record"}) + "\n")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "logprob_memory.py"
+    subprocess.run([sys.executable, str(script), "--device", "cpu", "--rows", "50", "--hidden", "8", "--vocab", "300",
+                    "--out", str(out)], check=True, capture_output=True, text=True)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 2 and records[0] == {"an": "earlier record"}
+    record = records[-1]
+    assert {(r["path"], r["pass"]) for r in record["results"]} == {
+        (p, k) for p in ("reference", "chunked") for k in ("score", "update")}
+    assert max(record["logp_mean_gap"].values()) < 1e-6
+    assert set(record["ratio_reference_over_chunked"]) >= {"score", "update"}
