@@ -25,6 +25,7 @@ and returns ``[N]`` log-probabilities in ``promote_types(hidden.dtype, float32)`
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import re
@@ -235,8 +236,13 @@ def token_logprobs_chunked(
 
 def liger_unavailable(device: torch.device | str) -> str | None:
     """Why :func:`token_logprobs_liger` cannot run on ``device`` (a one-line reason), or ``None`` if it can."""
-    if torch.device(device).type != "cuda":
-        return f"liger-kernel's Triton kernels need a CUDA device, not {torch.device(device).type}"
+    return _liger_unavailable(torch.device(device).type)
+
+
+@functools.lru_cache(maxsize=None)  # the answer does not change within a process; the import is slow once
+def _liger_unavailable(device_type: str) -> str | None:
+    if device_type != "cuda":
+        return f"liger-kernel's Triton kernels need a CUDA device, not {device_type}"
     try:
         version = importlib.metadata.version("liger-kernel")
     except importlib.metadata.PackageNotFoundError:
@@ -303,6 +309,8 @@ _PATHS: dict[str, TokenLogprobs] = {
 
 def logprob_backend(name: LogprobPath, device: torch.device | str) -> TokenLogprobs:
     """The token log-probability function ``name`` names, for tensors on ``device``.
+
+    Every one is called as ``fn(hidden, weight, target, temperature, bias=None) -> [N]``.
 
     ``"reference"``: :func:`token_logprobs_reference`; ``"chunked"``: :func:`token_logprobs_chunked`;
     ``"liger"``: :func:`token_logprobs_liger` (a ``ValueError`` saying why where it cannot run);
