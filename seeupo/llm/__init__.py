@@ -4,6 +4,8 @@
 * :mod:`seeupo.llm.layout`: the token layout of ``SampleBatch.data`` and the packing of rows that share prefixes;
 * :mod:`seeupo.llm.policy`: a causal LM as a core ``Policy``;
   the frozen reference model; the critic and its clipped value loss.
+* :mod:`seeupo.llm.logprobs`: token log-probabilities from the last hidden states and the LM head
+  without the ``[positions, vocabulary]`` tensor (chunked, or liger-kernel's fused kernel on CUDA).
 * :mod:`seeupo.llm.rollout`: rollout engines (token ids in, token ids and log-probabilities out).
 * :mod:`seeupo.llm.agent`: environments and the multi-turn agent loop that builds the batch.
 * :mod:`seeupo.llm.build`: loading the model and building a run's policy, reference, critic and
