@@ -108,10 +108,11 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
             shard_model(reference_model, dist, **shard)
         if critic is not None:
             shard_model(critic, dist, layers_of=critic.backbone, **shard)
-    policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, **passes)
+    policy = CausalLMPolicy(model, temperature=cfg.rollout.temperature, logprobs=cfg.optim.logprobs, **passes)
     reference = None
     if reference_model is not None:
-        reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False, **passes)
+        reference = ReferencePolicy(reference_model, temperature=cfg.rollout.temperature, copy_model=False,
+                                    logprobs=cfg.optim.logprobs, **passes)
     if engine is None:
         engine = HFGenerateEngine(rollout_model, tokenizer.pad_token_id)
     return Models(policy=policy, reference=reference, critic=critic, engine=engine, rollout_model=rollout_model)

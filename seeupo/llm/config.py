@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from seeupo.core.config import BUILTIN_PRESETS, PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator
+from seeupo.llm.logprobs import LogprobPath
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
 # the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
@@ -147,6 +148,12 @@ class OptimConfig:
       Only with a packed layout, where the finished turn's rows carry the next turn's (one pass
       instead of two); with ``scoring: per_row`` the reference sweep runs either way. The metric
       ``actor/fused_ratio_passes`` says whether a step fused them; the run warns once why not.
+    logprobs: how the policy and the reference compute log-probabilities from the LM head
+      (:mod:`seeupo.llm.logprobs`; the same numbers to rounding): ``"auto"`` liger-kernel's fused
+      linear log-prob kernel on CUDA where it is installed (the ``gpu`` extra), else ``"chunked"``
+      (the head run on chunks of positions, recomputed in the backward pass, so no
+      ``[positions x vocabulary]`` tensor is kept: 45x less memory to score, 9x less to update at
+      Qwen3's vocabulary); ``"reference"`` the plain ``log_softmax`` over the logits.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -162,6 +169,7 @@ class OptimConfig:
     micro_batch_tokens: int | None = None
     scoring: Scoring = "prefix_shared"
     fuse_ratio_passes: bool = True
+    logprobs: LogprobPath = "auto"
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 
@@ -328,7 +336,7 @@ RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
     "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
-    "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
+    "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "optim.logprobs", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
 # env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):

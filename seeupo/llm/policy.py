@@ -64,6 +64,7 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
 from seeupo.llm.layout import packing_plan, shared_prefix_lengths
+from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
 from seeupo.llm.memory import auto_token_budget, is_checkpointed
 from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree
 
@@ -291,25 +292,15 @@ def _response_positions(batch: SampleBatch, rows: Tensor, width: int) -> tuple[T
 
 
 def plain_head(model: torch.nn.Module) -> tuple[str, torch.nn.Linear] | None:
-    """``(attribute, head)`` of a causal LM whose logits are exactly ``model.<attribute>(last hidden state)``, or ``None``.
-
-    That is the case of the Llama/Qwen/Mistral families; a model that scales or caps its logits
-    after the head (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``) or whose head
-    is not a linear child module (TableLM) is scored from its own ``logits``.
-    """
-    config = getattr(model, "config", None)
-    get_head = getattr(model, "get_output_embeddings", None)
-    if config is None or get_head is None:
+    """``(attribute, head)`` of a causal LM whose logits are exactly ``model.<attribute>(final hidden state)``,
+    or ``None`` (:func:`~seeupo.llm.logprobs.head_unsupported` says why: the model soft-caps or scales
+    its logits after the head, or is not a known transformers causal LM); such a model is scored
+    from its own logits."""
+    if head_unsupported(model) is not None:
         return None
-    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
-        return None
-    head = get_head()
+    head = model.get_output_embeddings()
     names = [name for name, child in model.named_children() if child is head]
-    return (names[0], head) if isinstance(head, torch.nn.Linear) and len(names) == 1 else None
-
-
-# config fields of transformers causal LMs that change the logits after the LM head
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+    return (names[0], head) if len(names) == 1 else None
 
 
 class CausalLMPolicy(torch.nn.Module):
@@ -331,6 +322,11 @@ class CausalLMPolicy(torch.nn.Module):
         trajectory's longest row once for all the rows that are its prefixes; ``"packed"`` the
         latter only; ``"per_row"`` every row (see the module docstring). The row and token limits
         count the rows and tokens forwarded.
+      logprobs: how the LM head's log-probabilities are computed (:mod:`seeupo.llm.logprobs`):
+        ``"auto"`` liger-kernel's fused kernel on CUDA where installed, else ``"chunked"`` (chunks of
+        rows, recomputed in the backward pass: no ``[positions x vocabulary]`` tensor is kept);
+        ``"reference"`` the plain ``log_softmax`` over the logits. A model whose logits are not its
+        head's output (:func:`plain_head`) is scored from its own logits whatever this says.
     """
 
     def __init__(
@@ -342,6 +338,7 @@ class CausalLMPolicy(torch.nn.Module):
         micro_batch_tokens: int | None = None,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
+        logprobs: LogprobPath = "auto",
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -352,6 +349,9 @@ class CausalLMPolicy(torch.nn.Module):
         self.micro_batch_tokens = micro_batch_tokens
         self.collective = collective
         self.scoring = scoring
+        if logprobs not in get_args(LogprobPath):
+            raise ValueError(f"unknown logprobs {logprobs!r}; expected one of {get_args(LogprobPath)}")
+        self.logprobs = logprobs
         # every weight of a language model serves every turn (seeupo.core.update.Policy); a model
         # with per-turn parameters (TableLM) says otherwise
         self.turns_share_parameters = bool(getattr(model, "turns_share_parameters", True))
@@ -416,10 +416,10 @@ class CausalLMPolicy(torch.nn.Module):
         for p in passes:
             inputs, reads = _pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits)
             if self._head is not None:  # the head gives the log-probabilities of the read tokens only
-                with _head_gives_logprobs(self.model, self._head, reads, tau):
+                with _head_gives_logprobs(self.model, self._head, reads, tau, logprob_backend(self.logprobs, param.device)):
                     tok_logp = self.model(**inputs).logits
             else:  # the model's own logits (every position of the pass), then the read ones
-                tok_logp = token_logprobs_reference(reads.pick(self.model(**inputs).logits), None, reads.target, tau)
+                tok_logp = _logprobs_of_logits(reads.pick(self.model(**inputs).logits), reads.target, tau)
             if p is None:  # a dummy pass: an exact 0 that reaches every parameter
                 out = out + 0.0 * tok_logp.sum().to(out.device, out.dtype)
                 continue
@@ -427,14 +427,9 @@ class CausalLMPolicy(torch.nn.Module):
         return out
 
 
-def token_logprobs_reference(
-    hidden: Tensor, head: torch.nn.Linear | None, target: Tensor, temperature: float
-) -> Tensor:
-    """``log softmax(logits / temperature)[target]`` with ``logits = head(hidden)`` (``head=None``: ``hidden`` are
-    the logits), in the logits' dtype promoted to at least float32: ``[...]`` from ``hidden [..., H]`` and
-    ``target [...]``. The simple path: every ``[position x vocabulary]`` tensor is materialised."""
-    logits = hidden if head is None else head(hidden)
-    # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
+def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float) -> Tensor:
+    """``log softmax(logits / temperature)[target]`` in at least float32 (bf16/fp16 log-probabilities are too
+    coarse for ratios): ``[...]`` from ``logits [..., V]`` and ``target [...]``."""
     logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, dim=-1)
     return logp.gather(-1, target[..., None]).squeeze(-1)
 
@@ -442,17 +437,21 @@ def token_logprobs_reference(
 class _LogprobHead(torch.nn.Module):
     """Stands in for a causal LM's head for one call: the log-probabilities of the read tokens, not logits."""
 
-    def __init__(self, head: torch.nn.Linear, reads: "_Reads", temperature: float) -> None:
+    def __init__(self, head: torch.nn.Linear, reads: "_Reads", temperature: float, logprobs: TokenLogprobs) -> None:
         super().__init__()
-        self.head, self.reads, self.temperature = head, reads, temperature
+        self.head, self.reads, self.temperature, self.logprobs = head, reads, temperature, logprobs
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return token_logprobs_reference(self.reads.pick(hidden), self.head, self.reads.target, self.temperature)
+        picked = self.reads.pick(hidden)  # [k, l, H]
+        flat = self.logprobs(picked.reshape(-1, picked.shape[-1]), self.head.weight, self.reads.target.reshape(-1),
+                             self.temperature, bias=self.head.bias)
+        return flat.reshape(self.reads.target.shape)
 
 
 @contextlib.contextmanager
 def _head_gives_logprobs(
-    model: torch.nn.Module, head: tuple[str, torch.nn.Linear], reads: "_Reads", temperature: float
+    model: torch.nn.Module, head: tuple[str, torch.nn.Linear], reads: "_Reads", temperature: float,
+    logprobs: TokenLogprobs,
 ) -> Iterator[None]:
     """Within the block, ``model(...).logits`` are the ``[k, l]`` log-probabilities of ``reads``' tokens.
 
@@ -460,7 +459,7 @@ def _head_gives_logprobs(
     sharded model (FSDP) has its head's weights gathered then, as for its own head.
     """
     name, linear = head
-    setattr(model, name, _LogprobHead(linear, reads, temperature))
+    setattr(model, name, _LogprobHead(linear, reads, temperature, logprobs))
     try:
         yield
     finally:
@@ -579,6 +578,7 @@ class ReferencePolicy:
         copy_model: bool = True,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
+        logprobs: LogprobPath = "auto",
     ) -> None:
         frozen = copy.deepcopy(model) if copy_model else model
         frozen.eval()
@@ -590,6 +590,7 @@ class ReferencePolicy:
             micro_batch_tokens=micro_batch_tokens,
             collective=collective,
             scoring=scoring,
+            logprobs=logprobs,
         )
 
     @property
