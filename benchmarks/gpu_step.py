@@ -66,6 +66,56 @@ def update_mfu(model: torch.nn.Module, result: dict, peak_flops: float) -> float
     return flops / seconds / peak_flops
 
 
+def check_kernels(device: torch.device, dtype: torch.dtype, logprobs: str) -> tuple[str, dict]:
+    """Try the GPU kernels on small inputs before the table: the flex tree kernel against the segment
+    kernel, and the log-prob path against the reference path (forward and backward). A kernel that
+    fails or disagrees is replaced for the rest of the run (flex -> segments, liger -> chunked) and
+    the record says so, so that one broken kernel does not cost the whole table.
+    Returns ``(the log-prob path to use, record)``."""
+    import seeupo.llm.policy as policy_module
+    from seeupo.llm import logprobs as lp
+    from seeupo.llm.tree_attention import pack_tree, tree_attention
+
+    record: dict = {}
+    if device.type == "cuda":
+        try:
+            g = torch.Generator().manual_seed(0)
+            lengths, prefix, prefix_row = torch.tensor([300, 150, 40]), torch.tensor([100, 100, 0]), torch.tensor([0, 0, 1])
+            ids = torch.randint(3, 50, (3, 300), generator=g)
+            ids[1, :100] = ids[0, :100]
+            flex = pack_tree(ids.to(device), lengths, prefix, prefix_row, "flex").mask
+            seg = pack_tree(ids.to(device), lengths, prefix, prefix_row, "segments").mask
+            n, real = flex.length, flex.tokens
+            q, k, v = (torch.randn(1, h, n, 64, generator=g).to(device, dtype).requires_grad_() for h in (8, 4, 4))
+            a = tree_attention(q, k, v, flex, 0.125)[:, :, :real]
+            b = tree_attention(q[:, :, :real], k[:, :, :real], v[:, :, :real], seg, 0.125)
+            (a.float().sum() + b.float().sum()).backward()
+            record["flex_vs_segments_max_abs"] = float((a - b).detach().abs().max())
+            if record["flex_vs_segments_max_abs"] > 0.05:
+                raise ValueError(f"flex differs from segments by {record['flex_vs_segments_max_abs']}")
+            record["tree_kernel"] = "flex"
+        except Exception as error:
+            policy_module.default_kernel = lambda device: "segments"
+            record |= {"tree_kernel": "segments", "flex_error": f"{type(error).__name__}: {str(error)[:300]}"}
+    path = logprobs
+    try:
+        g = torch.Generator().manual_seed(1)
+        hidden = torch.randn(64, 256, generator=g).to(device, dtype).requires_grad_()
+        weight = (0.05 * torch.randn(1000, 256, generator=g)).to(device, dtype).requires_grad_()
+        target = torch.randint(0, 1000, (64,), generator=g).to(device)
+        got = lp.logprob_backend(logprobs, device)(hidden, weight, target, 0.9)
+        want = lp.token_logprobs_reference(hidden, weight, target, 0.9)
+        got.sum().backward()
+        record["logprobs_vs_reference_max_abs"] = float((got - want).detach().abs().max())
+        if record["logprobs_vs_reference_max_abs"] > 0.05:
+            raise ValueError(f"differs from the reference by {record['logprobs_vs_reference_max_abs']}")
+    except Exception as error:
+        path = "chunked"
+        record["logprobs_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    record["logprobs"] = path
+    return path, record
+
+
 def main(argv: list[str] | None = None) -> int:
     import multiturn_cost as mc
     from gpu_train import PEAK_BF16
@@ -79,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpointing", default="auto", choices=("auto", "on", "off"),
                    help="activation checkpointing (auto: on CUDA)")
     p.add_argument("--micro-batch-tokens", type=int, default=None, help="default: chosen from the device's memory")
+    p.add_argument("--logprobs", default="auto", choices=("auto", "chunked", "reference", "liger"),
+                   help="the log-prob path (optim.logprobs)")
     p.add_argument("--deadline", type=float, default=420.0, help="seconds after which no step starts")
     p.add_argument("--out", required=True, help="JSON-lines file the results are appended to")
     args = p.parse_args(argv)
@@ -115,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     checkpointing = args.checkpointing == "on" or (args.checkpointing == "auto" and device.type == "cuda")
     if checkpointing:
         enable_activation_checkpointing(model)
+    logprobs, kernels = check_kernels(device, dtype, args.logprobs)
     emit({"event": "setup", "device": name, "shape": args.shape, "dtype": str(dtype), "checkpointing": checkpointing,
-          "torch": torch.__version__, "transformers": transformers.__version__, "setup_s": round(time.time() - started, 1)})
+          "torch": torch.__version__, "transformers": transformers.__version__, "setup_s": round(time.time() - started, 1)}
+         | kernels)
     batches: dict[int, object] = {}  # turns -> the batch (one at a time: the plan is grouped by turns)
     warmed: set[tuple[int, str]] = set()
     for turns, preset, layout in plan:
@@ -135,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             step_start = time.perf_counter()
             try:
                 result = mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
-                                         micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset))
+                                         micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset),
+                                         logprobs=logprobs)
                 record |= result
                 record["step_seconds"] = sum(result["seconds"].values())
                 record["peak_gib"] = max(result["peak_mib"].values()) / 1024

@@ -230,11 +230,12 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
                  micro_batch_rows: int | None = 8, micro_batch_tokens: int | None = None, timed: bool = True,
-                 fuse: bool = True) -> dict:
+                 fuse: bool = True, logprobs: str = "auto") -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
     ``layout``: the ``scoring`` argument of the policy, the reference and the critic (for the
-    classes that take one); ``None`` passes none. ``model`` is left unchanged (the step trains a
+    classes that take one); ``None`` passes none. ``logprobs``: the policy's and the reference's
+    log-prob path (:mod:`seeupo.llm.logprobs`). ``model`` is left unchanged (the step trains a
     deep copy). Returns ``{"tokens", "padded", "calls", "seconds", "peak_mib", "optimizer_steps",
     "scoring_passed_to"}``, the first five keyed by pass type (only the pass types the step makes).
     """
@@ -249,11 +250,11 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     passed = [cls.__name__ for cls in (CausalLMPolicy, ReferencePolicy, ValueModel) if extra(cls)]
     counter = PassCounter()
     limits = dict(micro_batch_rows=micro_batch_rows, micro_batch_tokens=micro_batch_tokens)  # every pass, as the trainer
-    policy = CausalLMPolicy(model, temperature=temperature, **limits, **extra(CausalLMPolicy))
+    policy = CausalLMPolicy(model, temperature=temperature, logprobs=logprobs, **limits, **extra(CausalLMPolicy))
     hooks = [counter.attach(model.base_model)]
     reference = critic = None
     if cfg.kl_coef > 0:
-        reference = ReferencePolicy(model, temperature=temperature, **limits,
+        reference = ReferencePolicy(model, temperature=temperature, logprobs=logprobs, **limits,
                                     **extra(ReferencePolicy))
         hooks.append(counter.attach(reference.model.base_model))
     if adv_estimator(cfg.advantage).needs_critic:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of issue 24 in one call (`make benchmark-gpu`), each part under its own time limit
+# and each result appended to a file under OUT_DIR as it finishes, so that a run cut short still reports:
+#   1. gpu_step.py: one training step per (turns, preset, layout) at the BFCL shape (seconds, peak, MFU);
+#   2. generation_gpu.py: HF engine decoding at batch 32, dynamic cache against the static one;
+#   3. logprob_memory.py: peak memory of the log-prob paths at Qwen3's vocabulary;
+#   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger).
+# SHAPE=tiny DEVICE=cpu is the CPU dry run of the same scripts at small sizes (CI runs it).
+set -u
+PY=${PYTHON:-python3}
+SHAPE=${SHAPE:-qwen3-1.7b}
+DEVICE=${DEVICE:-cuda}
+OUT=${OUT_DIR:-benchmarks/results}
+mkdir -p "$OUT"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+if [ "$DEVICE" = cpu ]; then
+  STEP=(--context 100 --plan "2:grpo:prefix_shared,2:seeupo:prefix_shared,2:grpo:per_row" --deadline 120)
+  LOGPROB=(--rows 256 --hidden 64 --vocab 4096)
+else
+  STEP=(--deadline 300)
+  LOGPROB=()
+fi
+status=0
+timeout 380 "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
+timeout 90 "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1
+timeout 45 "$PY" benchmarks/logprob_memory.py --device "$DEVICE" --out "$OUT/logprob_memory.jsonl" "${LOGPROB[@]}" || status=1
+if [ "$DEVICE" = cuda ]; then
+  timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
+    tests/llm/test_logprobs.py -k "cuda or liger" 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+fi
+exit $status
