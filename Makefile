@@ -113,15 +113,14 @@ benchmark: $(BIN)/seeupo
 	$(BIN)/python benchmarks/startup_time.py
 	$(BIN)/python benchmarks/multiturn_cost.py --turns 10 --count-only
 
-# training tokens/s, MFU, peak memory and SeeUPO/GRPO update time of the Qwen3-1.7B shape (on a GPU;
-# SHAPE=tiny for a CPU check); benchmarks/paper_step_time.py turns a GPU result into the paper's step time
+# issue 24's GPU benchmarks in one call (benchmarks/gpu_run.sh: one training step per preset and layout at
+# the Qwen3-1.7B shape and the BFCL batch, decoding at batch 32, log-prob memory, the CUDA tests), results
+# appended under benchmarks/results as each finishes; SHAPE=tiny DEVICE=cpu is its CPU dry run (CI runs it)
 SHAPE ?= qwen3-1.7b
+DEVICE ?= cuda
+OUT_DIR ?= benchmarks/results
 benchmark-gpu: $(BIN)/seeupo
-	$(BIN)/python benchmarks/gpu_train.py --shape $(SHAPE)
-	# HF engine decoding at batch 32: generate's dynamic cache against the static one (CUDA graph)
-	$(BIN)/python benchmarks/generation_gpu.py --shape $(SHAPE) --out benchmarks/results/generation_gpu.jsonl
-	# one training step per scoring layout at the BFCL shape (issue 18), on the GPU
-	$(BIN)/python benchmarks/multiturn_cost.py --shape $(SHAPE) --dtype bfloat16 --device cuda --turns 10 --presets grpo,seeupo
+	PYTHON=$(BIN)/python SHAPE=$(SHAPE) DEVICE=$(DEVICE) OUT_DIR=$(OUT_DIR) bash benchmarks/gpu_run.sh
 
 clean:
 	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) $(VERL_VENV) results .pytest_cache .hypothesis

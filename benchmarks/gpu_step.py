@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
          | kernels)
     batches: dict[int, object] = {}  # turns -> the batch (one at a time: the plan is grouped by turns)
     warmed: set[tuple[int, str]] = set()
+    failed = 0
     for turns, preset, layout in plan:
         if turns not in batches:
             batches.clear()
@@ -198,13 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                 record["update_mfu"] = update_mfu(model, result, peak)
             except Exception as error:  # an out-of-memory step is a result too; the run goes on
                 record["error"] = f"{type(error).__name__}: {str(error)[:400]}"
+                failed += 1
             record["wall_seconds"] = time.perf_counter() - step_start
             emit(record)
             warmed.add((turns, layout))
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    emit({"event": "done", "total_s": round(time.time() - started, 1)})
-    return 0
+    emit({"event": "done", "total_s": round(time.time() - started, 1), "failed_steps": failed})
+    return 1 if failed else 0  # every step was tried; a failed one is in the record, and in the exit code
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Data (read, never timed here):
   other work on a shared 2-core machine, so their ratios mix the algorithm with the load;
 * the committed records of ``benchmarks/multiturn_cost.py`` in ``paper_repro/step_cost/``: one
   training step of SeeUPO and GRPO on a BFCL-shaped batch in each scoring layout (per row, packed
-  trajectories, and the default prefix-shared), tokens forwarded (exact) and seconds (CPU).
+  trajectories, and the default prefix-shared), tokens forwarded (exact) and seconds (CPU), and the
+  GPU records of ``benchmarks/gpu_step.py`` in ``paper_repro/step_cost/*/gpu_step.jsonl`` (one step at
+  the Qwen3-1.7B shape, the device named).
 
 Left: seconds per step per preset (bridge sweep). Middle: SeeUPO's time over each baseline's, with
 the paper's 1.2-1.9x band. Right: SeeUPO / GRPO per scoring layout, tokens and seconds, against
@@ -22,6 +24,7 @@ the paper's band and the ``(T + 1) / 2`` of sequential updates against a packed 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +81,34 @@ def _layout_ratios(folder: Path) -> list[dict[str, Any]]:
             if see is None or grpo is None:
                 continue
             row = {"file": rel(path), "turns": s["turns"], "context": s["context"], "early_end": s.get("early_end", 0.0),
-                   "layout": layout, "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values())}
+                   "device": "CPU", "layout": layout,
+                   "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values())}
             if "seconds" in see and "seconds" in grpo:
                 row["seconds_ratio"] = sum(see["seconds"].values()) / sum(grpo["seconds"].values())
             key = (row["turns"], row["context"], row["early_end"], layout)
             # a timed record of a shape is kept over a count-only one (the same exact token counts)
             if key not in rows or "seconds_ratio" in row:
                 rows[key] = row
-    return list(rows.values())
+    return list(rows.values()) + _gpu_layout_ratios(folder)
+
+
+def _gpu_layout_ratios(folder: Path) -> list[dict[str, Any]]:
+    """SeeUPO / GRPO per scoring layout in the GPU records ``folder/*/gpu_step.jsonl`` (``benchmarks/gpu_step.py``):
+    the timed steps of the fused ``seeupo`` and of ``grpo``, tokens and seconds, the device named."""
+    rows = []
+    for path in sorted(folder.glob("*/gpu_step.jsonl")) if folder.exists() else []:
+        steps = [r for r in map(json.loads, path.read_text().splitlines())
+                 if r.get("event") == "step" and r.get("rep") == "timed" and "error" not in r]
+        by = {(r["T"], r["preset"], r["layout"]): r for r in steps}
+        for (turns, preset, layout), see in by.items():
+            grpo = by.get((turns, "grpo", layout))
+            if preset != "seeupo" or grpo is None:
+                continue
+            device = see["device"].replace("NVIDIA ", "").split()[0]
+            rows.append({"file": rel(path), "turns": turns, "context": 5833, "early_end": 0.0, "device": device,
+                         "layout": layout, "tokens_ratio": sum(see["tokens"].values()) / sum(grpo["tokens"].values()),
+                         "seconds_ratio": see["step_seconds"] / grpo["step_seconds"]})
+    return rows
 
 
 def _ratios(rows: list[dict[str, Any]], time_key: str) -> dict[str, dict[str, float]]:
@@ -147,7 +170,7 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_title("ratios" + ("" if data["update_time"] else " (no update_time benchmark file here)"))
     ax.legend(fontsize=6, loc="upper right")
     _plot_layouts(axes[2], data)
-    fig.suptitle("Step time: SeeUPO vs the baselines (CPU, tiny models; the paper: 14B models on GPUs)")
+    fig.suptitle("Step time: SeeUPO vs the baselines (CPU: tiny models; H100: Qwen3-1.7B shape; the paper: 14B models on GPUs)")
     fig.tight_layout()
     save(fig, path)
 
@@ -157,13 +180,14 @@ def _plot_layouts(ax, data: dict[str, Any]) -> None:
     rows = data.get("layouts") or []
     ax.axhspan(*data["paper_ratio"], color="#ffe082", alpha=0.6, label="paper (both unpacked)")
     ax.axhline(1.0, color="black", lw=0.8)
-    shapes = list(dict.fromkeys((r["turns"], r["context"], r["early_end"]) for r in rows))
+    shape_of = lambda r: (r["turns"], r["context"], r["early_end"], r.get("device", "CPU"))  # noqa: E731
+    shapes = list(dict.fromkeys(shape_of(r) for r in rows))
     layouts = ("per_row", "packed", "prefix_shared")
     width = 0.8 / max(1, 2 * len(shapes))
-    for k, (turns, context, early) in enumerate(shapes):
-        name = f"T={turns}, context {context}" + (f", {early:g} end early" if early else "")
+    for k, (turns, context, early, device) in enumerate(shapes):
+        name = f"{device}, T={turns}, context {context}" + (f", {early:g} end early" if early else "")
         for j, key in enumerate(("tokens_ratio", "seconds_ratio")):
-            vals = {r["layout"]: r.get(key) for r in rows if (r["turns"], r["context"], r["early_end"]) == (turns, context, early)}
+            vals = {r["layout"]: r.get(key) for r in rows if shape_of(r) == (turns, context, early, device)}
             xs = [i + (2 * k + j) * width for i, lay in enumerate(layouts) if vals.get(lay)]
             if xs:
                 ax.bar(xs, [vals[lay] for lay in layouts if vals.get(lay)], width, color=f"C{k}",
@@ -175,7 +199,7 @@ def _plot_layouts(ax, data: dict[str, Any]) -> None:
                   ["per row (paper)", "packed", "prefix-shared (default)"])
     ax.set_ylabel("SeeUPO / GRPO, one training step")
     ax.set_title("by scoring layout (dotted: (T+1)/2)", fontsize=9)
-    top = max([r.get("seconds_ratio") or r["tokens_ratio"] for r in rows] + [(t + 1) / 2 for t, _, _ in shapes] + [2.0])
+    top = max([r.get("seconds_ratio") or r["tokens_ratio"] for r in rows] + [(t + 1) / 2 for t, *_ in shapes] + [2.0])
     ax.set_ylim(0, 1.6 * top)  # room for the legend above the bars
     ax.legend(fontsize=6, loc="upper left", ncol=2)
 

@@ -29,11 +29,13 @@ DEVICE_SHARE = 0.85
 ESTIMATE_MARGIN = 1.5
 
 
-def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: bool) -> float:
-    """Bytes of activations one token of a training pass keeps alive at the peak (see the module docstring).
+def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: bool, training: bool = True) -> float:
+    """Bytes of activations one token of a pass keeps alive at the peak (see the module docstring).
 
     ``config``: a transformers decoder config (``hidden_size``, ``intermediate_size``,
     ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``).
+    ``training=False`` (a model that gets no gradient, e.g. the frozen reference): nothing is kept
+    for a backward pass, so only one layer's intermediate tensors are alive at a time.
     """
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -44,6 +46,8 @@ def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: b
     # projection's, and the MLP's gate, up, activation and product
     layer = (2 * heads * head_dim + 2 * kv * head_dim + 5 * hidden + 4 * inter) * size
     final = 4 * hidden * 4  # the final norm and the head's input, upcast to float32 for the log-probabilities
+    if not training:
+        return layer + final
     if checkpointing:
         return layers * hidden * size + 2 * layer + final  # the layers' inputs; one layer recomputed, with gradients
     return layers * layer + final
@@ -53,7 +57,8 @@ def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bo
     """The tokens one pass of ``model`` may hold on its CUDA device (module docstring); ``None`` on the CPU.
 
     ``trainable``: the model will get gradients and AdamW state (two moments in the parameters'
-    dtype); when none of its parameters has a gradient yet, their memory is reserved now.
+    dtype); when none of its parameters has a gradient yet, their memory is reserved now. A model
+    that is not trainable (the frozen reference) keeps no activations for a backward pass.
     """
     param = next(model.parameters())
     if param.device.type != "cuda":
@@ -67,7 +72,7 @@ def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bo
         if all(p.grad is None for p in params):
             reserve = 3 * sum(p.numel() * p.element_size() for p in params)
     free = DEVICE_SHARE * total - allocated - reserve
-    per_token = ESTIMATE_MARGIN * activation_bytes_per_token(model.config, param.dtype, checkpointing)
+    per_token = ESTIMATE_MARGIN * activation_bytes_per_token(model.config, param.dtype, checkpointing, trainable)
     return max(int(free // per_token), 0)
 
 

@@ -167,6 +167,8 @@ def test_activation_bytes_per_token_by_hand(tiny64):
     assert activation_bytes_per_token(c, torch.float64, checkpointing=False) == 2 * layer + final
     assert activation_bytes_per_token(c, torch.float64, checkpointing=True) == 2 * 64 * 8 + 2 * layer + final
     assert activation_bytes_per_token(c, torch.bfloat16, checkpointing=False) == 2 * layer // 4 + final
+    # a frozen model (no backward pass): one layer's intermediates at a time
+    assert activation_bytes_per_token(c, torch.float64, checkpointing=False, training=False) == layer + final
     assert auto_token_budget(model, checkpointing=True) is None  # the CPU: no budget
 
 
