@@ -45,6 +45,15 @@ from seeupo.validation import (
 )
 
 PAPER_REPRO = Path("paper_repro")
+CHECK_DIR = Path("results/check")  # seeupo check NAME writes to CHECK_DIR / NAME by default
+
+
+def readable_dir(path: str, flag: str) -> Path:
+    """``path`` as an existing folder, or a one-line error naming ``flag``."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UsageError(f"argument {flag}: {path} is not a folder")
+    return folder
 MAX_CELLS = 10**6  # seeupo generate's default size limit (table entries)
 
 
@@ -81,7 +90,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise UsageError(f"argument --algorithms: unknown algorithms {unknown}; choose from {sorted(PRESETS)} "
                              "(--plugin FILE adds the presets a plugin registers)")
         _check_tabular(args.algorithms, "--algorithms")
-        overrides |= {"algorithms": tuple(args.algorithms), "plugins": args.plugins_loaded}
+        # the algorithms' own counterexamples: --counterexamples, and each one's default check folder if it exists
+        folders = [str(readable_dir(d, "--counterexamples")) for d in args.counterexamples]
+        folders += [str(CHECK_DIR / n) for n in args.algorithms if (CHECK_DIR / n / "counterexamples").is_dir()]
+        overrides |= {"algorithms": tuple(args.algorithms), "plugins": args.plugins_loaded,
+                      "algorithm_counterexamples": tuple(dict.fromkeys(folders))}
+    elif args.counterexamples:
+        raise UsageError("argument --counterexamples: needs --algorithms (Table 1 replays the committed counterexamples)")
     cfg = base.__class__(**{**base.__dict__, **overrides})
     histories = cfg.instances * (cfg.vocab_size ** cfg.length) ** cfg.turns_mt if cfg.turns_mt <= 32 else MAX_CELLS + 1
     if histories > MAX_CELLS:
@@ -285,6 +300,15 @@ def search_names() -> list[tuple[str, str]]:
     return out
 
 
+def search_outcome(result) -> str:
+    """The words for a search that found nothing, the same in ``search`` and ``check`` (seeupo.experiments.verdicts)."""
+    from seeupo.experiments.verdicts import NO_DECREASE_FOUND, SEARCH_NO_SIGNAL
+
+    if result.moved == 0 and result.examples:
+        return f"{SEARCH_NO_SIGNAL} in {result.examples} cases"
+    return f"{NO_DECREASE_FOUND} in {result.examples} cases" + (" (stopped: budget)" if result.stopped == "budget" else "")
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
     if args.algorithm is not None:
         if args.algorithm not in PRESETS:
@@ -332,7 +356,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print(f"searching {spec.name} ({budget} examples) ...", file=sys.stderr, flush=True)
         result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed)
         entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
-                 "max_examples": budget, "seed": args.seed, "found": result.found is not None}
+                 "max_examples": budget, "seed": args.seed, "found": result.found is not None, "moved": result.moved}
         if args.plugins_loaded:
             entry["plugins"] = list(args.plugins_loaded)
         if result.found is not None:
@@ -341,7 +365,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
             entry |= {"file": str(path), "J": result.found.J, "largest_decrease": result.found.largest_decrease}
             print(f"{spec.name}: FOUND, J {result.found.J[0]:.6f} -> {result.found.J[-1]:.6f}; saved {path}")
         else:
-            print(f"{spec.name}: no violation in {result.examples} cases")
+            print(f"{spec.name}: {search_outcome(result)}")
         summary.append(entry)
     existing |= {e["search"]: e for e in summary}
     index.write_text(dumps(list(existing.values()), indent=1) + "\n")
@@ -521,6 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")
     p.add_argument("--algorithms", type=comma_list(None), metavar="NAME,...",
                    help="registered algorithms (presets; a plugin's too) to run instead of the grid")
+    p.add_argument("--counterexamples", action="append", default=[], metavar="DIR",
+                   help="with --algorithms: also replay the counterexamples in DIR (a folder of counterexample files, "
+                        "or a seeupo check folder) whose algorithm is one of them; one that lowers J makes its cells "
+                        "'J decreased' (repeatable; results/check/NAME is always consulted when it exists)")
     _plugin_option(p)
     p.add_argument("--no-progress", action="store_true", help="do not print per-cell progress to stderr")
     p.set_defaults(func=_cmd_verify)

@@ -271,7 +271,7 @@ def _searched(result: dict[str, Any]) -> str:
 
 def _worst(measured: list[str]) -> str:
     """The least favourable of several exact-mode measurements."""
-    order = ["J decreased", "monotone, stuck below J*", "monotone, still improving", "converges"]
+    order = ["J decreased", "no learning signal", "monotone, stuck below J*", "monotone, still improving", "converges"]
     return min(measured, key=order.index)
 
 

@@ -293,6 +293,20 @@ class SearchResult:
     found: Counterexample | None
     examples: int  # cases evaluated, shrinking included
     seed: int
+    moved: int = -1  # cases in which the update moved J at all (-1: not counted, a custom condition)
+    stopped: str = ""  # "budget" (the deadline passed) or "interrupted" (Ctrl-C / SIGTERM); "" when it ran to its end
+
+
+class _OutOfTime(Exception):
+    """Raised inside hypothesis's loop when a search's deadline has passed."""
+
+
+def moved(case: Case, tol: float = 1e-12) -> tuple[float, bool]:
+    """``(largest decrease of J, whether J moved by more than tol at all)`` in ``case``."""
+    hist = track(case.problem, AlgorithmStep(case.algorithm, case.run), case.initial_policy(), case.iterations)
+    steps = hist.J[:-1, 0] - hist.J[1:, 0]
+    finite = bool(torch.isfinite(hist.J).all())
+    return float(steps.max()), finite and bool((steps.abs() > tol).any())
 
 
 def search(
@@ -304,31 +318,62 @@ def search(
     max_examples: int = 100,
     seed: int = 0,
     condition: Callable[[Case], bool] | None = None,
+    deadline: float | None = None,
 ) -> SearchResult:
     """Search the hypothesis strategy ``cases`` for a case where ``J`` drops by more than ``tol``.
 
     Hypothesis shrinks the first case found (fewer turns and actions, simpler rewards and
-    settings). ``condition`` replaces the default test, :func:`robust_decrease`.
+    settings). ``condition`` replaces the default test, :func:`robust_decrease`; the default
+    test also counts the cases in which ``J`` moved at all (``moved``: a search whose cases never
+    move ``J`` measured nothing).
     Returns the recorded minimal counterexample, or ``None`` with the number of cases tried.
+
+    ``deadline`` (a :func:`time.monotonic` value) stops the search when it passes, and Ctrl-C /
+    SIGTERM (``KeyboardInterrupt``) stops it too: either way the last failing case seen is
+    recorded (not shrunk to the end, said in its ``search`` info) so that no counterexample found
+    is lost, and ``stopped`` says why. The caller decides whether to go on after an interrupt.
     """
+    import time
+
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 
-    test = condition or (lambda case: robust_decrease(case, tol))
-    count = 0
+    count = moved_count = 0
+    last_failing: Case | None = None
+
+    def default_test(case: Case) -> bool:
+        nonlocal moved_count
+        drop, did_move = moved(case)
+        moved_count += did_move
+        return drop > tol and decrease(tightened(case)) > tol
+
+    test = condition or default_test
 
     def counted(case: Case) -> bool:
-        nonlocal count
+        nonlocal count, last_failing
+        if deadline is not None and time.monotonic() > deadline:
+            raise _OutOfTime
         count += 1
-        return test(case)
+        failing = test(case)
+        if failing:
+            last_failing = case
+        return failing
 
     config = settings(
         max_examples=max_examples, database=None, deadline=None, phases=[Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
+    info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol}
     try:
         case = find(cases, counted, settings=config, random=random.Random(seed))
     except NoSuchExample:
-        return SearchResult(None, count, seed)
-    info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol}
-    return SearchResult(record(case, claim, description, info), count, seed)
+        return SearchResult(None, count, seed, -1 if condition else moved_count)
+    except (_OutOfTime, KeyboardInterrupt) as stop:
+        why = "budget" if isinstance(stop, _OutOfTime) else "interrupted"
+        found = None
+        if last_failing is not None:
+            info |= {"examples": count, "stopped": f"{why} while shrinking: this case is not minimal"}
+            found = record(last_failing, claim, description, info)
+        return SearchResult(found, count, seed, -1 if condition else moved_count, why)
+    info["examples"] = count
+    return SearchResult(record(case, claim, description, info), count, seed, -1 if condition else moved_count)

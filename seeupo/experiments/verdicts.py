@@ -1,4 +1,4 @@
-"""The verdict vocabulary shared by ``seeupo verify`` (Table 1) and ``seeupo claims``.
+"""The verdict vocabulary shared by ``seeupo verify`` (Table 1), ``seeupo check``, ``seeupo search`` and ``seeupo claims``.
 
 Every verdict has three parts, each from a small fixed set defined here and nowhere else:
 
@@ -12,6 +12,14 @@ The rules that turn a Table 1 measurement into an agreement are :func:`table1_ve
 by both :mod:`seeupo.experiments.verify` and :mod:`seeupo.experiments.claims`, so that Table
 1 and the claims report tell the same story: a saved counterexample that replays counts as
 a measurement ("J decreased") even when the random instances of a cell all converged.
+
+No verdict is cleaner than its evidence: a run in which the update never moved ``J`` (the
+advantages all zero or not finite, or ``J`` constant to :data:`SIGNAL_TOL` on every instance)
+measured :data:`NO_SIGNAL`, never ``converges`` or ``monotone``. Exact mode may also be refused
+for an estimator (:data:`REFUSED`, with the reason), and the language-model bridge of ``check``
+may be :data:`VACUOUS` (its warm-up failed, so its steps measure nothing). The phrases a person
+reads for the same thing are the constants below (:data:`NO_DECREASE_FOUND`, ...), so that
+``search``, ``check`` and ``verify`` say the same words.
 
 Sampled mode: ``J`` is still computed exactly, but each update is estimated from ``B x G``
 rollouts, so ``J`` can fall by sampling noise. A sampled cell is judged on its final gap only
@@ -31,14 +39,27 @@ PAPER: dict[str, str] = {
     "no guarantee": "the paper gives no convergence guarantee",
 }
 
-#: What the toolkit measured. The first four are exact-mode outcomes (``J`` computed and the
-#: update taken exactly); the next two are sampled-mode outcomes; the last two are for
-#: statements checked symbolically or by exact construction (the toolkit's lemmas).
+NO_SIGNAL = "no learning signal"
+REFUSED = "exact: refused"
+VACUOUS = "vacuous"
+SIGNAL_TOL = 1e-12  # J moving less than this on every instance, every iteration, is no movement
+
+#: What a search that found nothing says, in every report and on the terminal.
+NO_DECREASE_FOUND = "no J decrease found"
+#: A search whose cases never moved J: it searched nothing.
+SEARCH_NO_SIGNAL = "no learning signal: no case moved J"
+
+#: What the toolkit measured. The first five are exact-mode outcomes (``J`` computed and the
+#: update taken exactly); the next three are sampled-mode outcomes (``no learning signal`` is
+#: both); ``monotone`` is the searches' outcome; the last two are for statements checked
+#: symbolically or by exact construction (the toolkit's lemmas).
 MEASURED: dict[str, str] = {
     "converges": "J never decreased and every instance ended within gap_tol of J*",
     "J decreased": "an exact update lowered J (on a random instance, or in a saved counterexample that replays)",
     "monotone, stuck below J*": "J never decreased, but some instance stopped improving short of J*",
     "monotone, still improving": "J never decreased; some instance is short of J* and still closing the gap (inconclusive)",
+    NO_SIGNAL: "the update never moved J (advantages all zero or not finite, or J constant to 1e-12 on every "
+               "instance): nothing was measured, neither monotonicity nor convergence",
     "reaches J*": "sampled mode: every instance ended within gap_tol of J* (J decreases are sampling noise)",
     "gap remains": "sampled mode: some instance ended short of J* (J decreases are sampling noise)",
     "monotone": "no exact update lowered J in the cases tried (single steps from random policies: convergence not measured)",
@@ -57,8 +78,14 @@ AGREEMENT: dict[str, str] = {
     "not run": "Table 1 only: the exact, independent-parameter cell was not part of this run",
 }
 
-EXACT_MEASURED = ("converges", "J decreased", "monotone, stuck below J*", "monotone, still improving")
-SAMPLED_MEASURED = ("reaches J*", "gap remains")
+EXACT_MEASURED = ("converges", "J decreased", "monotone, stuck below J*", "monotone, still improving", NO_SIGNAL)
+SAMPLED_MEASURED = ("reaches J*", "gap remains", NO_SIGNAL)
+
+#: Words for a cell that did not run as asked, shown where its verdict would be (not measurements).
+NOT_MEASURED: dict[str, str] = {
+    REFUSED: "exact mode refused the estimator (the reason follows in parentheses); its sampled cells still run",
+    VACUOUS: "the language-model bridge measured nothing: its warm-up did not make valid answers likely",
+}
 
 #: The registered searches whose counterexamples bear on each Table 1 cell (row, setting):
 #: searches of that row's algorithm as the preset defines it. Controls (a variant with another
@@ -119,8 +146,30 @@ def label(agreement: str, measured: str, condition: str = "") -> str:
     return f"{agreement}{f' ({condition})' if condition else ''}; measured: {measured}"
 
 
-def exact_outcome(decreases: int, reached: bool, stalled: bool) -> str:
+def refused_label(reason: str) -> str:
+    """How every report shows a refused exact mode: ``exact: refused (REASON)``."""
+    return f"{REFUSED} ({reason})"
+
+
+def no_signal(J: Any, tol: float = SIGNAL_TOL) -> bool:
+    """``J`` (``[iterations + 1, instances]``) never moved: not finite, or constant to ``tol`` on every instance.
+
+    Zero advantages, NaN advantages (Adam skips nothing: the parameters do not move, or turn NaN)
+    and a loss without gradient all end here; so does a start already at the optimum on every
+    instance, which measures nothing either.
+    """
+    import torch
+
+    J = torch.as_tensor(J, dtype=torch.float64)
+    if not bool(torch.isfinite(J).all()):
+        return True
+    return bool(((J - J[:1]).abs() <= tol).all())
+
+
+def exact_outcome(decreases: int, reached: bool, stalled: bool, moved: bool = True) -> str:
     """The exact-mode measurement of a run (one of :data:`EXACT_MEASURED`)."""
+    if not moved:
+        return NO_SIGNAL
     if decreases:
         return "J decreased"
     if reached:
@@ -141,10 +190,13 @@ def history_outcome(hist: Any, mode: str, *, tol: float = TOL, gap_tol: float = 
     iterations = hist.J.shape[0] - 1
     decreases, largest = int((viol > 0).sum()), float(viol.max()) if viol.numel() else 0.0
     reached = bool((gap <= gap_tol).all())
+    moved = not no_signal(hist.J)
     if mode == "exact":
         earlier = hist.gap[-1 - max(1, iterations // 3)]
         stalled = bool(((gap > gap_tol) & (earlier - gap < stall_ratio * earlier)).any())
-        measured, note = exact_outcome(decreases, reached, stalled), ""
+        measured, note = exact_outcome(decreases, reached, stalled, moved), ""
+    elif not moved:
+        measured, note = NO_SIGNAL, ""
     else:
         measured, note = ("reaches J*" if reached else "gap remains"), sampled_note(decreases, largest)
     return {"measured": measured, "note": note, "J_decreases": decreases, "largest_decrease": largest,
@@ -169,6 +221,8 @@ def table1_verdict(paper: str | None, cell_measured: str, counterexamples: list[
         raise ValueError(f"a Table 1 cell is measured in exact mode, got {measured!r}")
     if paper is None:
         return measured, "no claim"
+    if measured == NO_SIGNAL:
+        return measured, "inconclusive"
     if paper == "converges":
         if measured == "converges":
             return measured, "agrees"

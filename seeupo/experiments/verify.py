@@ -13,7 +13,19 @@ number of iterations and records, per iteration and instance, the exact ``J``, t
   run), or ``monotone, still improving`` (inconclusive);
 * sampled mode: ``reaches J*`` or ``gap remains``. The update is estimated from samples, so
   ``J`` moves with the sampling noise: its decreases are counted and shown as a note
-  (``noisy: 18 J decreases, largest 4.5e-04``), never as a violation.
+  (``noisy: 18 J decreases, largest 4.5e-04``), never as a violation;
+* either mode: ``no learning signal`` when ``J`` never moved (checked before anything else: a
+  frozen run is neither monotone nor converged).
+
+An exact cell is not run when exact mode refuses the estimator (``exact: refused (REASON)``,
+:func:`exact_refusal`); its sampled cells still run.
+
+Counterexamples are measurements too. For an algorithm run by name (``algorithms``), the
+counterexample files of ``algorithm_counterexamples`` (a ``seeupo check`` folder, its
+``counterexamples/`` folder, or any folder of counterexample files) whose algorithm is that
+one are replayed; one that replays turns the exact cells of its setting and parameters into
+``J decreased`` (:func:`apply_counterexamples`), with the random instances' outcome kept
+beside it. No cell says ``converges`` next to a replaying decrease.
 
 Table 1 compares the paper with the exact, independent-parameter cells **and** the saved
 counterexamples of each cell's algorithm (:data:`~seeupo.experiments.verdicts.TABLE1_SEARCHES`,
@@ -38,8 +50,11 @@ import torch
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.tabular.problems import TreeMDP, random_token_bandit
-from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, saved_counterexamples, table1_verdict
+from seeupo.experiments.verdicts import (
+    NO_SIGNAL, TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, refused_label, saved_counterexamples, table1_verdict,
+)
 from seeupo.tabular.train import RunConfig, run
+from seeupo.validation import InputError
 
 
 @dataclass(frozen=True)
@@ -187,6 +202,9 @@ class VerifyConfig:
     workers: processes.
     counterexample_dir: saved counterexamples replayed for Table 1 (relative to the working
       directory, else to the repository root); ``""`` to ignore them.
+    algorithm_counterexamples: folders of counterexample files (or ``seeupo check`` folders)
+      consulted for the ``algorithms`` rows: each file whose algorithm is one of them is replayed
+      (:func:`algorithm_counterexample_files`).
     grid: ``"table1"`` (the paper's rows and SeeUPO's order ablations) or ``"full"`` (every
       advantage estimator x every update; see :func:`full_grid_rows`).
     algorithms: registered algorithms (preset names) to run instead of ``grid``
@@ -216,6 +234,7 @@ class VerifyConfig:
     seed: int = 0
     grid: str = "table1"
     counterexample_dir: str = "paper_repro/counterexamples"
+    algorithm_counterexamples: tuple[str, ...] = ()
     algorithms: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
 
@@ -241,6 +260,34 @@ class CellResult:
     J_star_worst: float
     seconds: float
     note: str = ""  # sampled mode: the J decreases, which are sampling noise
+    refused: str | None = None  # exact mode refused the estimator: why (the cell did not run)
+    random_instances: str = ""  # the random instances' own outcome, when a replaying counterexample decided the verdict
+    counterexamples: list[str] = dataclasses.field(default_factory=list)  # files of those counterexamples
+
+
+def refused_cell(row: Row, setting: str, parameterization: str, cfg: VerifyConfig, reason: str) -> CellResult:
+    """The record of an exact cell that exact mode refused to run: no numbers, the reason."""
+    return CellResult(row.name, setting, "exact", parameterization, 0, 0, 0, 0.0, float("nan"), float("nan"),
+                      refused_label(reason), 0, [], float("nan"), 0.0, refused=reason)
+
+
+def exact_refusal(advantage: str) -> str | None:
+    """Why exact mode refuses the estimator ``advantage``, or ``None`` when it runs it.
+
+    Asks the registry's ``exact_mode_refusal(entry)`` (the check of the estimator's symmetry in
+    its group, :mod:`seeupo.core.registry`) where the registry provides one; without it nothing
+    is refused here (an estimator registered with ``exact=False`` has no exact cells anyway).
+    """
+    from seeupo.core import registry
+
+    entry = adv_estimator(advantage)
+    if not entry.exact:
+        return None
+    method = getattr(entry, "exact_mode_refusal", None)
+    if callable(method):
+        return method()
+    function = getattr(registry, "exact_mode_refusal", None)
+    return function(entry) if callable(function) else None
 
 
 def make_problems(cfg: VerifyConfig, turns: int) -> TreeMDP:
@@ -264,7 +311,9 @@ def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: Veri
     hist = run(problem, algo, run_cfg)
     viol = hist.violations(cfg.tol)
     gap = hist.gap[-1]
-    worst = int((viol.max(0).values if bool((viol > 0).any()) else gap).argmax())
+    # where J is not finite, argmax of a NaN gap is arbitrary: show the first instance then
+    finite_gap = torch.nan_to_num(gap, nan=-1.0)
+    worst = int((viol.max(0).values if bool((viol > 0).any()) else finite_gap).argmax())
     outcome = history_outcome(hist, mode, tol=cfg.tol, gap_tol=cfg.gap_tol, stall_ratio=cfg.stall_ratio)
     n_viol, verdict, note = outcome["J_decreases"], outcome["measured"], outcome["note"]
     return CellResult(
@@ -308,6 +357,9 @@ def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | Non
         return {"paper": claim or "—", "measured": "—", "agreement": "not run" if claim else "no claim",
                 "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
     cell = dataclasses.asdict(cell) if isinstance(cell, CellResult) else cell
+    if cell.get("refused"):
+        return {"paper": claim or "—", "measured": cell["verdict"], "agreement": "not run" if claim else "no claim",
+                "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
     examples = table1_counterexamples(cfg, row.name, setting) if examples is None else examples
     replaying = [e for e in examples if e["reproduces"]]
     measured, agree = table1_verdict(claim, cell["verdict"], [e["search"] for e in replaying])
@@ -318,8 +370,105 @@ def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | Non
     }
 
 
+def algorithm_counterexample_files(directory: str | Path) -> list[Path]:
+    """The counterexample files in ``directory``: a folder of them, or a ``seeupo check`` folder
+    (its ``counterexamples/`` and those of the earlier runs it moved aside, ``previous-*/counterexamples/``)."""
+    from seeupo.experiments.counterexamples import FORMAT
+    from seeupo.validation import read_json
+
+    base = Path(directory)
+    folders = [base]
+    if (base / "counterexamples").is_dir():
+        folders = [base / "counterexamples", *sorted(base.glob("previous-*/counterexamples"))]
+    files = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.json")):
+            try:
+                data = read_json(path)
+            except Exception:  # not a counterexample file (searches.json, a report): not ours to judge
+                continue
+            if isinstance(data, dict) and data.get("format") == FORMAT:
+                files.append(path)
+    return files
+
+
+def consult_counterexamples(names: list[str] | tuple[str, ...], directories: list[str] | tuple[str, ...],
+                            tol: float = 1e-7) -> list[dict[str, Any]]:
+    """Replay every counterexample file in ``directories`` whose algorithm is one of ``names``.
+
+    Each entry: the file, the algorithm, the setting (``ST``/``MT``), parameters and mode of its
+    run, whether it reproduces and lowers ``J`` by more than ``tol`` (``decreases``), and the
+    recomputed ``J``; a file that cannot be loaded (say, recorded with another version of a
+    plugin) is listed with ``skipped`` and the reason, and counts for nothing.
+    """
+    from seeupo.experiments.counterexamples import Counterexample, replay
+    from seeupo.validation import read_json
+
+    out: list[dict[str, Any]] = []
+    for directory in directories:
+        for path in algorithm_counterexample_files(directory):
+            name = (read_json(path).get("algorithm") or {}).get("name")
+            if name not in names:
+                continue
+            try:
+                example = Counterexample.load(path)
+            except InputError as err:
+                out.append({"file": str(path), "algorithm": name, "skipped": str(err), "reproduces": False, "decreases": False})
+                continue
+            again = replay(example)
+            J = list(again.recomputed)
+            largest = max((a - b for a, b in zip(J, J[1:])), default=0.0)
+            out.append({"file": str(path), "search": path.stem, "algorithm": name,
+                        "setting": "ST" if example.problem.num_turns == 1 else "MT",
+                        "parameterization": example.run.parameterization, "mode": example.run.mode,
+                        "reproduces": bool(again.reproduces), "decreases": bool(again.reproduces and largest > tol),
+                        "J": J, "largest_decrease": largest})
+    return out
+
+
+def apply_counterexamples(report: dict[str, Any], examples: list[dict[str, Any]]) -> None:
+    """Make ``report`` agree with the replaying counterexamples ``examples`` (of its algorithm rows).
+
+    Each exact cell of the same algorithm, setting and parameters becomes ``J decreased`` (its
+    random instances' own outcome kept in ``random_instances``), and so does the Table 1 entry
+    of the exact, independent cell; every example is listed in ``report["counterexamples"]``.
+    """
+    report.setdefault("counterexamples", [])
+    known = {e["file"] for e in report["counterexamples"]}
+    report["counterexamples"] += [e for e in examples if e["file"] not in known]
+    decreasing = [e for e in report["counterexamples"] if e.get("decreases") and e.get("mode", "exact") == "exact"]
+    for c in report["cells"]:
+        if c["mode"] != "exact" or c.get("refused"):
+            continue
+        hits = [e for e in decreasing if (e["algorithm"], e["setting"], e["parameterization"]) ==
+                (c["row"], c["setting"], c["parameterization"])]
+        if not hits:
+            continue
+        if c["verdict"] != "J decreased":
+            c["random_instances"] = c.get("random_instances") or c["verdict"]
+            c["verdict"] = "J decreased"
+        c["counterexamples"] = sorted(set(c.get("counterexamples", [])) | {e["file"] for e in hits})
+    for entry in report["table1"]:
+        for setting in ("ST", "MT"):
+            t = entry[setting]
+            hits = [e for e in decreasing if (e["algorithm"], e["setting"], e["parameterization"]) ==
+                    (entry["row"], setting, "independent")]
+            if not hits or t.get("random_instances") in (None, "—") or t["measured"] == "—":
+                continue
+            mine = [{"search": e["search"], "file": e["file"], "reproduces": True, "J": e["J"],
+                     "largest_decrease": e["largest_decrease"]} for e in hits]
+            t["counterexamples"] = [x for x in t.get("counterexamples", []) if x["file"] not in {m["file"] for m in mine}] + mine
+            paper = None if t["paper"] == "—" else t["paper"]
+            t["measured"], t["agreement"] = table1_verdict(
+                paper, t["random_instances"], [x["search"] for x in t["counterexamples"] if x["reproduces"]])
+
+
 def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run every cell of the grid and return the report (JSON-ready)."""
+    """Run every cell of the grid and return the report (JSON-ready).
+
+    Ctrl-C or SIGTERM (as ``KeyboardInterrupt``) while cells run ends the run early: the report of
+    the cells that finished is returned with ``partial: True`` (the caller writes it).
+    """
     if rows is None and cfg.algorithms:
         rows = algorithm_rows(cfg.algorithms, cfg.exact_epochs)
     elif rows is None:
@@ -327,7 +476,8 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
             raise ValueError(f"unknown grid {cfg.grid!r}; expected 'table1' or 'full'")
         rows = table1_rows(cfg.exact_epochs) if cfg.grid == "table1" else full_grid_rows(cfg.exact_epochs)
     by_name = {r.name: r for r in rows}
-    tasks = [
+    refusals = {r.name: exact_refusal(r.config.advantage) for r in rows} if "exact" in cfg.modes else {}
+    cells = [
         (row, setting, mode, param, cfg)
         for row in rows
         for setting in ("ST", "MT")
@@ -336,9 +486,13 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         if mode == "sampled" or adv_estimator(row.config.advantage).exact
         for param in cfg.parameterizations
     ]
+    tasks = [t for t in cells if not (t[2] == "exact" and refusals.get(t[0].name))]
     start = time.perf_counter()
-    results: list[CellResult] = []
+    results: list[CellResult] = [refused_cell(t[0], t[1], t[3], cfg, refusals[t[0].name]) for t in cells if t not in tasks]
     say = progress or (lambda _msg: None)
+    for name, reason in refusals.items():
+        if reason:
+            say(f"{name}: {refused_label(reason)}; its sampled cells still run")
 
     def record(res: CellResult) -> None:
         results.append(res)
@@ -349,17 +503,23 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
 
     # the saved counterexamples of the Table 1 cells are replayed alongside the cells
     replay_keys = [(row.name, s) for row in rows for s in ("ST", "MT") if TABLE1_SEARCHES.get((row.name, s))]
-    if cfg.workers > 1:
-        with mp.get_context("spawn").Pool(cfg.workers, initializer=_load_plugins, initargs=(cfg.plugins,)) as pool:
-            pending = pool.apply_async(_table1_replays, (cfg, replay_keys))
-            for res in pool.imap_unordered(_run_cell_args, tasks):
-                record(res)
-            replays = pending.get()
-    else:
-        for task in tasks:
-            record(run_cell(*task))
-        replays = _table1_replays(cfg, replay_keys)
-    order = {(t[0].name, t[1], t[2], t[3]): i for i, t in enumerate(tasks)}
+    partial = False
+    replays: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    try:
+        if cfg.workers > 1:
+            with mp.get_context("spawn").Pool(cfg.workers, initializer=_load_plugins, initargs=(cfg.plugins,)) as pool:
+                pending = pool.apply_async(_table1_replays, (cfg, replay_keys))
+                for res in pool.imap_unordered(_run_cell_args, tasks):
+                    record(res)
+                replays = pending.get()
+        else:
+            for task in tasks:
+                record(run_cell(*task))
+            replays = _table1_replays(cfg, replay_keys)
+    except KeyboardInterrupt:  # the pool is terminated on leaving its block; keep what finished
+        partial = True
+        say(f"verify: interrupted after {len(results)} of {len(cells)} cells")
+    order = {(t[0].name, t[1], t[2], t[3]): i for i, t in enumerate(cells)}
     results.sort(key=lambda r: order[(r.row, r.setting, r.mode, r.parameterization)])
 
     table = []
@@ -371,14 +531,21 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
             cell = next((r for r in results if r.row == row.name and r.setting == setting and r.mode == "exact" and r.parameterization == "independent"), None)
             entry[setting] = table1_entry(row, setting, cell, cfg, replays.get((row.name, setting), []))
         table.append(entry)
-    return {
+    report = {
         "config": dataclasses.asdict(cfg),
         "algorithms": {r.name: r.config.to_dict() | {"optimizer": r.optimizer, "lr": r.lr} for r in by_name.values()},
         "table1": table,
         "no_exact_mode": [r.name for r in rows if not adv_estimator(r.config.advantage).exact],
+        "exact_refused": {name: reason for name, reason in refusals.items() if reason},
         "cells": [dataclasses.asdict(r) for r in results],
+        "counterexamples": [],
+        "partial": partial,
         "seconds": time.perf_counter() - start,
     }
+    if cfg.algorithms and cfg.algorithm_counterexamples and not partial:
+        apply_counterexamples(report, consult_counterexamples(cfg.algorithms, cfg.algorithm_counterexamples, cfg.tol))
+    report["seconds"] = time.perf_counter() - start
+    return report
 
 
 def _cell_text(c: dict[str, Any], notes: list[str]) -> str:
@@ -413,8 +580,42 @@ def disagreements(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def markdown(report: dict[str, Any]) -> str:
-    """The report as markdown: Table 1 (paper vs measured) and every cell."""
+def _modes_run(report: dict[str, Any]) -> list[str]:
+    """The modes whose cells actually ran (a refused exact cell did not run)."""
+    return [m for m in ("exact", "sampled") if any(c["mode"] == m and not c.get("refused") for c in report["cells"])]
+
+
+def headline(report: dict[str, Any]) -> list[str]:
+    """What a reader must not miss, before any table: no signal, refusals, counterexamples, a partial run."""
+    lines = []
+    if report.get("partial"):
+        lines.append("**Partial run** (interrupted): only the cells below finished.")
+    silent = [c for c in report["cells"] if c["verdict"] == NO_SIGNAL]
+    if silent:
+        lines.append(f"**{NO_SIGNAL}** in {len(silent)} of {len(report['cells'])} cells ("
+                     + ", ".join(f"{c['row']} {c['setting']} {c['mode']} {c['parameterization']}" for c in silent)
+                     + "): the update never moved J there (advantages all zero or not finite, or J constant to 1e-12 "
+                       "on every instance), so those cells measured nothing.")
+    for name, reason in report.get("exact_refused", {}).items():
+        lines.append(f"**{name}: {refused_label(reason)}**; only its sampled cells ran.")
+    decreasing = [e for e in report.get("counterexamples", []) if e.get("decreases")]
+    if decreasing:
+        lines.append("**J decreased** in saved counterexamples that replay: " + "; ".join(
+            f"{e['algorithm']} {e['setting']} {e['parameterization']}: J {e['J'][0]:.6f} -> {e['J'][-1]:.6f} (`{e['file']}`)"
+            for e in decreasing) + ".")
+    skipped = [e for e in report.get("counterexamples", []) if e.get("skipped")]
+    if skipped:
+        lines.append("Counterexample files not replayed (they count for nothing): "
+                     + "; ".join(f"`{e['file']}`: {e['skipped']}" for e in skipped) + ".")
+    return lines
+
+
+def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
+    """The report as markdown: the headline, Table 1 (paper vs measured) and every cell.
+
+    ``embedded``: a section of another report (``seeupo check``), which states the plugins and
+    the total time once itself: neither is repeated here.
+    """
     cfg = report["config"]
     if cfg.get("algorithms"):
         title = "Algorithms " + ", ".join(cfg["algorithms"]) + ", measured"
@@ -422,21 +623,34 @@ def markdown(report: dict[str, Any]) -> str:
         title = "Table 1, regenerated from measurements"
     else:
         title = "Every advantage estimator x every update, measured"
+    modes = _modes_run(report)
+    consulted = []
+    if cfg.get("counterexample_dir") and not cfg.get("algorithms"):
+        consulted.append(f"the saved counterexamples of each Table 1 row (replayed from `{cfg['counterexample_dir']}`)")
+    if cfg.get("algorithms") and (cfg.get("algorithm_counterexamples") or report.get("counterexamples")):
+        places = cfg.get("algorithm_counterexamples") or sorted({str(Path(e["file"]).parent) for e in report["counterexamples"]})
+        consulted.append("the algorithms' own counterexamples (replayed from " + ", ".join(f"`{d}`" for d in places) + ")")
+    problems = (f"{cfg['instances']} random token bandits per cell (actions of {cfg['length']} tokens from a vocabulary of "
+                f"{cfg['vocab_size']}, rewards on {cfg['reward_levels']} levels, G = {cfg['group_size']}), "
+                f"{cfg['iterations']} iterations; MT has {cfg['turns_mt']} turns.")
+    if "exact" in modes:
+        table_text = "Table: exact mode, independent (tabular) parameters; " + problems
+    else:
+        table_text = ("Table: no exact cell ran (" + ("exact mode refused" if report.get("exact_refused") else
+                      "only sampled mode was run") + "), so its measured column is empty; the sampled cells are below. "
+                      + problems)
     lines = [
-        f"# {title}",
+        f"# {title}" + (" (partial)" if report.get("partial") else ""),
         "",
-        f"Exact mode, independent (tabular) parameters; {cfg['instances']} random token bandits per cell "
-        f"(actions of {cfg['length']} tokens from a vocabulary of {cfg['vocab_size']}, rewards on "
-        f"{cfg['reward_levels']} levels, G = {cfg['group_size']}), {cfg['iterations']} iterations; "
-        f"MT has {cfg['turns_mt']} turns. A J decrease is a decrease of J by more than {cfg['tol']:g}; "
-        f"converged means within {cfg['gap_tol']:g} of J*. "
-        + (f"*Measured* also counts the saved counterexamples of each algorithm (replayed from "
-           f"`{cfg['counterexample_dir']}`): one that lowers J makes the cell 'J decreased'."
-           if cfg.get("counterexample_dir") else "Saved counterexamples were not consulted (`counterexample_dir` empty)."),
+        *[line + "\n" for line in headline(report)],
+        table_text + f" A J decrease is a decrease of J by more than {cfg['tol']:g}; converged means within "
+        f"{cfg['gap_tol']:g} of J*. "
+        + ("*Measured* also counts " + " and ".join(consulted) + ": one that lowers J makes the cell 'J decreased'."
+           if consulted else "No saved counterexamples were consulted."),
         "",
         "Vocabulary (`seeupo/experiments/verdicts.py`). *Measured*: converges | J decreased | monotone, stuck "
-        "below J* | monotone, still improving. *Agreement*: agrees | disagrees | partly | inconclusive "
-        "(e.g. 'no guarantee' and no counterexample found) | no claim.",
+        f"below J* | monotone, still improving | {NO_SIGNAL} (J never moved: nothing measured). *Agreement*: agrees | "
+        "disagrees | partly | inconclusive (e.g. 'no guarantee' and no counterexample found) | no claim | not run.",
         "",
         "| Algorithm | Advantage | Update | Level | ST paper | ST measured | ST agreement | MT paper | MT measured | MT agreement |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -456,34 +670,46 @@ def markdown(report: dict[str, Any]) -> str:
     if no_exact:
         lines += ["", f"No exact mode (advantage estimator registered with exact=False): {', '.join(no_exact)}; "
                   "only sampled cells were run.", ""]
-    if cfg.get("plugins"):
+    if cfg.get("plugins") and not embedded:
         lines += ["", "Plugins: " + ", ".join(f"`{p}`" for p in cfg["plugins"]), ""]
     found = disagreements(report)
     lines += ["", "**Disagreements with the paper:** " + ("none." if not found else ""), ""]
     lines += [f"* {d}" for d in found]
     lines += ["", "Random instances rarely contain the cases where an update fails; the targeted counterexample searches "
               "(`seeupo search`) and the verdict on every claim, with the same vocabulary, are in `seeupo claims`.", ""]
+    heading = {("exact",): "exact", ("sampled",): "sampled", ("exact", "sampled"): "exact and sampled"}.get(tuple(modes), "none ran")
     lines += [
-        "## Every cell",
+        f"## Every cell ({heading})",
         "",
-        "*Measured*: exact mode as above; sampled mode: reaches J* | gap remains, judged on the final gap only. In "
-        "sampled mode each update is estimated from B x G rollouts, so J moves with the sampling noise: the J "
-        "decreases of a sampled cell are noise (shown in the note), not a failure of a monotonicity claim, which "
-        "is about exact updates.",
+        f"*Measured*: exact mode as above; sampled mode: reaches J* | gap remains | {NO_SIGNAL}, judged on the final "
+        "gap only. In sampled mode each update is estimated from B x G rollouts, so J moves with the sampling noise: "
+        "the J decreases of a sampled cell are noise (shown in the note), not a failure of a monotonicity claim, which "
+        "is about exact updates. A cell marked with counterexamples measured 'J decreased' through them; its random "
+        "instances' own outcome is given beside it.",
         "",
         "| Algorithm | Setting | Mode | Parameters | Measured | J decreases | Largest decrease | Final gap (max / mean) | Worst instance: J over iterations (J*) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["cells"]:
+        if c.get("refused"):
+            lines.append(f"| {c['row']} | {c['setting']} | {c['mode']} | {c['parameterization']} | {c['verdict']} "
+                         "| — | — | — | not run |")
+            continue
         js = ", ".join(f"{x:.3f}" for x in c["worst_J"][:: max(1, len(c["worst_J"]) // 6)])
-        measured = f"{c['verdict']} ({c['note']})" if c.get("note") else c["verdict"]
+        measured = c["verdict"]
+        if c.get("random_instances"):
+            measured += (f" (counterexample{'s' if len(c['counterexamples']) > 1 else ''} "
+                         + ", ".join(f"`{f}`" for f in c["counterexamples"]) + f"; random instances: {c['random_instances']})")
+        if c.get("note"):
+            measured += f" ({c['note']})"
         lines.append(
             f"| {c['row']} | {c['setting']} | {c['mode']} | {c['parameterization']} | {measured} | {c['violations']} "
             f"| {c['max_violation']:.2e} | {c['max_final_gap']:.2e} / {c['mean_final_gap']:.2e} "
             f"| #{c['worst_instance']}: {js} ({c['J_star_worst']:.3f}) |"
         )
-    lines += ["", f"Total time: {report['seconds']:.1f} s.", ""]
-    return "\n".join(lines)
+    if not embedded:
+        lines += ["", f"Total time: {report['seconds']:.1f} s.", ""]
+    return "\n".join(lines) + ("\n" if embedded else "")
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
