@@ -40,7 +40,7 @@ from typing import NoReturn
 
 from seeupo.core.config import PRESETS
 from seeupo.validation import (
-    InputError, comma_list, dumps, int_range, nonnegative_float, positive_int, probability, seed_int, table_cells, writable_dir,
+    InputError, comma_list, dumps, int_range, nonnegative_float, positive_float, positive_int, probability, seed_int, table_cells, writable_dir,
     writable_file,
 )
 
@@ -373,22 +373,27 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from seeupo.experiments.check import DEFAULT, QUICK, check, check_output, summary_line
+    from seeupo.experiments.check import DEFAULT, QUICK, check, prepare_output, summary_line
 
     if args.name not in PRESETS:
         raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
                          "(--plugin FILE adds the presets a plugin registers)")
     _check_tabular([args.name], "name")
-    out = writable_dir(args.out or f"results/check/{args.name}", "--out")  # a file there is one line, not a traceback
-    check_output(out, args.overwrite)
+    out = writable_dir(args.out or str(CHECK_DIR / args.name), "--out")  # a file there is one line, not a traceback
+    say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
+    moved = prepare_output(out, args.overwrite, lambda m: print(m, file=sys.stderr, flush=True))  # said even with --no-progress
     budget = QUICK if args.quick else DEFAULT
     if args.max_examples:
         budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples})
-    say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
-    report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge, say=say)
+    if args.budget is not None:
+        budget = budget.__class__(**{**budget.__dict__, "seconds": args.budget})
+    report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                   say=say, moved_aside=moved)
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
-    return 0
+    if report.get("partial"):  # as the shell reports a process stopped by that signal
+        return 128 + int(getattr(signal, report["partial"], signal.SIGINT))
+    return 1 if report["bridge"].get("vacuous") else 0
 
 
 def _require_llm_extra() -> None:
@@ -621,12 +626,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "check.json and check.png (seeupo.experiments.check).")
     p.add_argument("name", help="the algorithm: a preset name (seeupo presets lists them)")
     _plugin_option(p)
-    p.add_argument("--quick", action="store_true", help="small budgets (a few minutes): for a first look")
-    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150; --quick 8)")
+    p.add_argument("--quick", action="store_true", help="small sizes (about a minute without the bridge): for a first look")
+    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150, fewer to fit --budget; --quick 8)")
     p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
     p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
-    p.add_argument("--overwrite", action="store_true", help="delete an earlier check's files in --out first")
+    p.add_argument("--budget", type=positive_float, metavar="SECONDS",
+                   help="fit the whole check in about this many seconds (fewer verify iterations and search cases; "
+                        "default: 170 s, or none with --quick)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="move an earlier check's files in --out into previous-<time>/ first (nothing is deleted)")
     p.add_argument("--no-progress", action="store_true", help="do not print progress to stderr")
     p.set_defaults(func=_cmd_check)
 

@@ -338,6 +338,7 @@ positive_int = _flag_type("positive_int", _int_in(1))
 seed_int = _flag_type("seed", _int_in(0, 2**63 - 1))
 probability = _flag_type("probability", _float_in(0.0, 1.0))
 nonnegative_float = _flag_type("nonnegative_float", _float_in(0.0, math.inf))
+positive_float = _flag_type("positive_float", _float_in(0.0, math.inf, open_low=True))
 
 
 def int_range(low: int, high: int) -> Any:

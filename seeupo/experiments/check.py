@@ -16,24 +16,42 @@ and writes ``OUT/check.md`` (a report to paste), ``OUT/check.json`` (everything 
 ``OUT/check.png`` (exact ``J`` per iteration on the toy problems and per step on the bridge).
 
 The verdict on monotonicity uses :data:`seeupo.experiments.verdicts.MEASURED`: ``J decreased``
-when an exact update lowered ``J`` (a replaying counterexample or a random instance), else
-``monotone`` with the budget that found nothing. It says what was measured, not that the
-algorithm is monotone: a search that finds nothing bounds nothing beyond its cases.
+when an exact update lowered ``J`` (a replaying counterexample or a random instance), ``no
+learning signal`` when some exact cell or search never moved ``J`` (nothing was measured there),
+else ``monotone`` with the budget that found nothing. It says what was measured, not that the
+algorithm is monotone: a search that finds nothing bounds nothing beyond its cases. The
+counterexamples the searches find are replayed into the verify cells too
+(:func:`seeupo.experiments.verify.apply_counterexamples`): one report, one truth.
+
+Time. Before it starts, ``check`` times one small unit of each part on this machine
+(:func:`calibrate`: a two-iteration cell, three search cases), prints its plan with an estimate
+(:func:`plan`) and, given a budget in seconds, fits it: fewer verify iterations first, then fewer
+search cases; each search also stops at its share of the time left (a case found is kept, not
+shrunk to the end). The bridge is not scaled (its settings are the bridge's own); its estimate
+is a fixed figure measured on 2 CPU cores, :data:`BRIDGE_SECONDS_PER_STEP`.
+
+Interruption. Ctrl-C or SIGTERM stops the check where it is and writes the report of what
+finished, marked partial, with every counterexample found so far (a search interrupted while
+shrinking keeps its last failing case). ``--overwrite`` never deletes: an earlier check's files
+are moved into ``previous-<UTC time>/`` in the same folder, and the report lists them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import math
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, SEARCH_NO_SIGNAL, VACUOUS, refused_label
 from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
-#: What ``seeupo check`` writes in its folder (``--overwrite`` deletes these and nothing else).
+#: What ``seeupo check`` writes in its folder (``--overwrite`` moves these aside, never deletes them).
 OUTPUTS = ("check.json", "check.md", "check.png", "counterexamples", "bridge")
 
 
@@ -45,6 +63,7 @@ class CheckBudget:
     max_examples: cases per search (hypothesis examples, shrinking not counted).
     bridge_steps, bridge_seeds, bridge_warmup: the bridge run: training steps, seeds, and format
       warm-up steps before step 0 (as :func:`seeupo.experiments.bridge_lm.full_sweep`'s tiny model).
+    seconds: the wall-clock time the whole check should fit (:func:`fit`); ``None``: the sizes as given.
     """
 
     verify: VerifyConfig
@@ -52,57 +71,210 @@ class CheckBudget:
     bridge_steps: int
     bridge_seeds: tuple[int, ...]
     bridge_warmup: int
+    seconds: float | None = None
 
 
+#: The default fits 3 minutes on 2 CPU cores (benchmarks/check_time.py): 170 s planned, the rest
+#: for starting Python and writing the report.
 DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
-                      bridge_steps=8, bridge_seeds=(0, 1, 2), bridge_warmup=40)
+                      bridge_steps=8, bridge_seeds=(0, 1, 2), bridge_warmup=40, seconds=170.0)
 QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
                     bridge_steps=2, bridge_seeds=(0,), bridge_warmup=5)
 
+MIN_ITERATIONS = 6  # fewer verify iterations than this say little about convergence
+MIN_EXAMPLES = 2  # cases per search, whatever the budget (the deadline still stops it)
+SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
+SHRINK_MARGIN = 1.5  # a search that finds a case spends time shrinking it: its estimate is this much more
+WRITE_SECONDS = 5.0  # the report, figure and replay at the end
+BRIDGE_SECONDS_PER_STEP = 2.0  # one warm-up or training step of tiny-qwen3, 2 CPU cores (measured 2026-11-26, loaded)
+BRIDGE_LOAD_SECONDS = 10.0  # building the model and the trainer, per seed
 
-def check_output(out: Path, overwrite: bool) -> None:
-    """Refuse a folder that already holds anything unless ``overwrite`` (then delete only :data:`OUTPUTS`).
 
-    A check folder is the record of one check: two checks never share one.
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C's ``KeyboardInterrupt`` so that every part stops the same way."""
+
+
+def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = print) -> list[str]:
+    """Make ``out`` ready for a check; returns what an earlier check left there, as moved (``previous-*/NAME``).
+
+    A folder that holds anything is refused unless ``overwrite``; then the earlier check's files
+    (:data:`OUTPUTS`) are moved into ``out/previous-<UTC time>/``, said before it happens, and
+    nothing is deleted (a counterexample may have cost minutes of search). Other files stay.
     """
     from seeupo.validation import InputError
 
     if not out.exists() or not any(out.iterdir()):
-        return
+        return []
     if not overwrite:
-        raise InputError(None, f"argument --out: {out} is not empty; choose another folder or pass --overwrite")
-    for name in OUTPUTS:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+        raise InputError(None, f"argument --out: {out} is not empty; choose another folder or pass --overwrite "
+                               "(which moves the earlier check's files into previous-<time>/, deleting nothing)")
+    present = [name for name in OUTPUTS if (out / name).exists()]
+    if not present:
+        return []
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder, k = out / f"previous-{stamp}", 1
+    while folder.exists():
+        folder, k = out / f"previous-{stamp}-{k}", k + 1
+    moved = [f"{folder.name}/{name}" for name in present]
+    say(f"--overwrite: moving the earlier check's files aside, nothing deleted: {', '.join(moved)}")
+    folder.mkdir()
+    for name in present:
+        (out / name).rename(folder / name)
+    return moved
 
 
-def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The generic searches of ``name``; each counterexample found is saved and replayed."""
+# ----------------------------------------------------------------------------------- time
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """This machine's speed on this algorithm, measured by :func:`calibrate`.
+
+    iteration: seconds per exact-mode iteration of one verify cell (two-turn, the dearer setting;
+      with the row's own factor, e.g. RLOO's ten SGD steps). Without an exact mode, a sampled one.
+    search_case: seconds per search case (two exact updates: as drawn and with a tightened inner loop).
+    seconds: what the calibration itself took.
+    """
+
+    iteration: float
+    search_case: float
+    seconds: float
+
+
+def calibrate(name: str, cfg: VerifyConfig, exact: bool) -> Calibration:
+    """Time a two-iteration verify cell and three search cases of ``name`` (after one warm-up cell)."""
+    from seeupo.experiments.counterexamples import robust_decrease, search
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.experiments.verify import algorithm_rows, run_cell
+
+    start = time.perf_counter()
+    row = algorithm_rows([name], cfg.exact_epochs)[0]
+    mode = "exact" if exact else "sampled"
+    tiny = dataclasses.replace(cfg, instances=2, iterations=2, workers=1, sampled_iterations_factor=1)
+    run_cell(row, "ST", mode, "independent", dataclasses.replace(tiny, iterations=1))  # first calls: imports, caches
+    t = time.perf_counter()
+    run_cell(row, "MT", mode, "independent", tiny)
+    iteration = (time.perf_counter() - t) / 2
+    search_case = 0.0
+    if exact:
+        spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
+        t = time.perf_counter()
+        # a condition that is never met: hypothesis draws the cases and never shrinks
+        tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
+                       condition=lambda case: robust_decrease(case) and False).examples
+        search_case = (time.perf_counter() - t) / max(1, tried)
+    return Calibration(iteration, search_case, time.perf_counter() - start)
+
+
+def _cells(name: str, cfg: VerifyConfig, exact: bool) -> list[tuple[str, str, str]]:
+    """``(setting, mode, parameters)`` of the cells verify runs for ``name`` (as :func:`seeupo.experiments.verify.verify`)."""
+    from seeupo.core.config import PRESETS
+
+    sequential = PRESETS[name].schedule == "sequential"
+    return [(setting, mode, param) for setting in ("ST", "MT") if not (setting == "ST" and sequential)
+            for mode in cfg.modes if mode == "sampled" or exact for param in cfg.parameterizations]
+
+
+def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> dict[str, Any]:
+    """The parts' sizes and estimated seconds, from ``cal``: ``{"verify", "searches", "bridge", "total"}`` and the sizes."""
+    cfg = budget.verify
+    cells = _cells(name, cfg, exact)
+    cell_seconds = [cfg.iterations * cal.iteration * (1.0 if mode == "exact" else cfg.sampled_iterations_factor * SAMPLED_COST)
+                    for _, mode, _ in cells]
+    parallel = max(1, min(cfg.workers, len(cells)))
+    verify_s = sum(cell_seconds) / parallel + (2.0 * parallel if cfg.workers > 1 else 0.0)  # + starting the workers
+    searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
+    bridge_s = len(budget.bridge_seeds) * (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * (budget.bridge_steps + budget.bridge_warmup)) \
+        if bridge else 0.0
+    total = cal.seconds + verify_s + searches_s + bridge_s + WRITE_SECONDS
+    return {"cells": len(cells), "instances": cfg.instances, "iterations": cfg.iterations, "searches": searches if exact else 0,
+            "max_examples": budget.max_examples, "bridge_runs": len(budget.bridge_seeds) if bridge else 0,
+            "bridge_steps": budget.bridge_steps, "calibration": cal.seconds, "verify": verify_s, "search_time": searches_s,
+            "bridge": bridge_s, "total": total, "budget": budget.seconds}
+
+
+def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> CheckBudget:
+    """``budget`` scaled to fit ``budget.seconds`` by the estimate of :func:`plan` (unchanged without a budget).
+
+    The verify cells may take at most a third of what the bridge leaves (fewer iterations, down
+    to :data:`MIN_ITERATIONS`); the searches get the rest (fewer cases, down to :data:`MIN_EXAMPLES`).
+    The sizes only grow back to ``budget``'s own, never beyond.
+    """
+    if budget.seconds is None:
+        return budget
+    first = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches)
+    free = budget.seconds - cal.seconds - WRITE_SECONDS - first["bridge"]
+    cfg = budget.verify
+    if first["verify"] > free / 3 and first["verify"] > 0:
+        iterations = max(MIN_ITERATIONS, math.floor(cfg.iterations * (free / 3) / first["verify"]))
+        cfg = dataclasses.replace(cfg, iterations=min(cfg.iterations, iterations))
+    budget = dataclasses.replace(budget, verify=cfg)
+    verify_s = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches)["verify"]
+    if exact and searches and cal.search_case > 0:
+        cases = math.floor((free - verify_s) / (searches * cal.search_case * SHRINK_MARGIN))
+        budget = dataclasses.replace(budget, max_examples=max(MIN_EXAMPLES, min(budget.max_examples, cases)))
+    return budget
+
+
+def plan_text(p: dict[str, Any]) -> str:
+    """The plan as printed before the check starts."""
+    parts = [f"verify {p['cells']} cells x {p['instances']} problems x {p['iterations']} iterations ~{p['verify']:.0f} s"]
+    if p["searches"]:
+        parts.append(f"{p['searches']} searches x {p['max_examples']} cases ~{p['search_time']:.0f} s")
+    if p["bridge_runs"]:
+        parts.append(f"bridge {p['bridge_runs']} runs x {p['bridge_steps']} steps ~{p['bridge']:.0f} s")
+    budget = f"; budget {p['budget']:.0f} s" if p["budget"] else ""
+    over = " (over the budget: the searches stop at their share of it)" if p["budget"] and p["total"] > p["budget"] else ""
+    return (f"plan: " + "; ".join(parts) + f"; estimate {p['total']:.0f} s in all (calibrated on this machine in "
+            f"{p['calibration']:.0f} s){budget}{over}")
+
+
+# ----------------------------------------------------------------------------------- parts
+
+
+def search_outcome(entry: dict[str, Any]) -> str:
+    """A search's outcome in words, the same in the report and on the terminal (and as ``seeupo search``)."""
+    if entry["found"]:
+        text = f"J {entry['J'][0]:.6f} -> {entry['J'][-1]:.6f}"
+        return text + (" (not shrunk to the end: " + entry["stopped"] + ")" if entry.get("stopped") else "")
+    words = SEARCH_NO_SIGNAL if entry.get("moved") == 0 and entry["examples"] else NO_DECREASE_FOUND
+    text = f"{words} in {entry['examples']} cases"
+    return text + (f" (stopped: {entry['stopped']})" if entry.get("stopped") else "")
+
+
+def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Callable[[str], None],
+                 results: list[dict[str, Any]], deadline: float | None = None) -> None:
+    """The generic searches of ``name``, appended to ``results`` as they finish; each case found is saved and replayed.
+
+    ``deadline`` (``time.monotonic()``) is shared out: each search may use an equal part of what is
+    left when it starts. An interrupt saves what the interrupted search had found, then goes on up.
+    """
     from seeupo.experiments.counterexamples import replay, search
     from seeupo.experiments.searches import algorithm_searches
 
-    results = []
-    for spec in algorithm_searches(name):
+    specs = algorithm_searches(name)
+    for i, spec in enumerate(specs):
         start = time.perf_counter()
-        found = search(spec.cases(), claim=spec.claim, description=spec.description,
-                       max_examples=budget.max_examples, seed=seed).found
+        mine = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(specs) - i)
+        result = search(spec.cases(), claim=spec.claim, description=spec.description,
+                        max_examples=budget.max_examples, seed=seed, deadline=mine)
+        found = result.found
         entry: dict[str, Any] = {"search": spec.name, "description": spec.description, "max_examples": budget.max_examples,
-                                 "seed": seed, "found": found is not None}
+                                 "examples": result.examples, "moved": result.moved, "seed": seed,
+                                 "found": found is not None, "stopped": result.stopped}
         if found is not None:
             path = out / "counterexamples" / f"{spec.name}.json"
             found.save(path)
-            again = replay(found)
             entry |= {"file": str(path.relative_to(out)), "J": found.J, "largest_decrease": found.largest_decrease,
-                      "reproduces": again.reproduces, "group_size": found.algorithm.group_size,
-                      "turns": found.problem.num_turns}
+                      "group_size": found.algorithm.group_size, "turns": found.problem.num_turns,
+                      "parameterization": found.run.parameterization}
+            if result.stopped != "interrupted":  # replaying costs an update: not when asked to stop
+                entry["reproduces"] = replay(found).reproduces
         entry["seconds"] = time.perf_counter() - start
-        say(f"search {spec.name}: " + (f"J {found.J[0]:.6f} -> {found.J[-1]:.6f}" if found else
-                                        f"no J decrease in {budget.max_examples} cases") + f" ({entry['seconds']:.0f} s)")
         results.append(entry)
-    return results
+        say(f"search {spec.name}: {search_outcome(entry)} ({entry['seconds']:.0f} s)")
+        if result.stopped == "interrupted":
+            raise KeyboardInterrupt
 
 
 def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
@@ -124,89 +296,187 @@ def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ..
 
 
 def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) -> dict[str, Any]:
-    """The verdict on exact monotonicity: ``J decreased`` (with the evidence) or ``monotone`` (with the budget)."""
-    exact = [c for c in verify_report["cells"] if c["mode"] == "exact"]
+    """The verdict on exact monotonicity, with its evidence.
+
+    ``J decreased`` (a replaying counterexample, or a decrease on a random instance) over
+    ``no learning signal`` (an exact cell or a search in which ``J`` never moved: nothing was
+    measured there) over ``monotone`` (with the budget that found nothing).
+    """
+    exact = [c for c in verify_report["cells"] if c["mode"] == "exact" and not c.get("refused")]
     decreased_cells = [c for c in exact if c["violations"] > 0]
-    found = [s for s in searches if s["found"] and s.get("reproduces")]
+    found = [s for s in searches if s["found"] and s.get("reproduces", True)]
     if found or decreased_cells:
-        evidence = [f"{s['search']}: J {s['J'][0]:.6f} -> {s['J'][-1]:.6f} (`{s['file']}`, replays)" for s in found]
+        evidence = [f"{s['search']}: J {s['J'][0]:.6f} -> {s['J'][-1]:.6f} (`{s['file']}`, "
+                    + ("replays" if s.get("reproduces") else "found when interrupted, not replayed yet") + ")" for s in found]
         evidence += [f"random instances, {c['setting']} {c['parameterization']}: {c['violations']} decreases, "
                      f"largest {c['max_violation']:.2e}" for c in decreased_cells]
         return {"measured": "J decreased", "evidence": evidence}
-    cases = sum(s["max_examples"] for s in searches)
-    instances = sum(c["instances"] * c["iterations"] for c in exact)
+    silent_cells = [c for c in exact if c["verdict"] == NO_SIGNAL]
+    silent_searches = [s for s in searches if s.get("moved") == 0 and s.get("examples")]
+    if silent_cells or silent_searches:
+        evidence = [f"the update never moved J in {len(silent_cells)} of {len(exact)} exact cells"
+                    + (" (" + ", ".join(f"{c['setting']} {c['parameterization']}" for c in silent_cells) + ")" if silent_cells else "")
+                    + f" and in every case of {len(silent_searches)} of {len(searches)} searches: the advantages are zero "
+                      "or not finite, or the loss has no gradient; no verdict on monotonicity or convergence"]
+        return {"measured": NO_SIGNAL, "evidence": evidence}
+    cases = sum(s.get("examples", s["max_examples"]) for s in searches)
+    updates = sum(c["instances"] * c["iterations"] for c in exact)
     return {"measured": "monotone", "evidence": [
-        f"no exact update lowered J in {len(searches)} searches of {searches[0]['max_examples'] if searches else 0} "
-        f"cases each ({cases} cases) and {instances} exact updates on random instances"]}
+        f"{NO_DECREASE_FOUND} in {len(searches)} searches ({cases} cases in all) and in {updates} exact updates on random instances"]}
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
-          bridge: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the three parts for ``name`` and write ``OUT/check.{json,md,png}``; returns the report."""
+          bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None) -> dict[str, Any]:
+    """Plan, run the three parts for ``name`` and write ``OUT/check.{json,md,png}``; returns the report.
+
+    Ctrl-C or SIGTERM (handled here while it runs, in the main thread) stops it: the report of
+    what finished is written with ``partial`` set to the signal's name, and returned.
+    ``moved_aside``: an earlier check's files :func:`prepare_output` moved, listed in the report.
+    """
     from seeupo.core.config import PRESETS
     from seeupo.core.registry import adv_estimator
-    from seeupo.experiments.verify import algorithm_rows, verify
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.experiments.verify import algorithm_rows, apply_counterexamples, exact_refusal, verify
 
     start = time.perf_counter()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
     config = PRESETS[name]
-    exact = adv_estimator(config.advantage).exact
+    refusal = exact_refusal(config.advantage)
+    exact = adv_estimator(config.advantage).exact and refusal is None
     cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed)
     if not exact and "sampled" not in cfg.modes:  # the only cells it can have
         cfg = dataclasses.replace(cfg, modes=("sampled",))
-    say(f"[1/3] verify: {name} on {cfg.instances} random problems per cell")
-    verify_report = verify(cfg, progress=say)
-    if exact:
-        say(f"[2/3] searches: {budget.max_examples} cases each")
-        searches = run_searches(name, budget, out, seed, say)
-    else:
-        searches = []
-        say("[2/3] searches: skipped (the advantage estimator has no exact mode)")
-    if bridge:
-        say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
-        bridge_result = run_bridge(name, budget, out, plugins, say)
-    else:
-        bridge_result = {"skipped": "--no-bridge"}
-    row = algorithm_rows([name], cfg.exact_epochs)[0]
-    report = {
-        "algorithm": name,
-        "out": str(out),
-        "config": config.to_dict(),
-        "plugins": list(plugins),
-        "budget": dataclasses.asdict(budget) | {"seed": seed},
-        "exact_mode": exact,
-        "monotonicity": monotonicity(verify_report, searches) if exact else
-        {"measured": None, "evidence": ["no exact mode: the estimator is registered with exact=False"]},
-        "verify": verify_report,
-        "table_row": {"advantage": row.advantage, "update": row.update, "level": row.level},
-        "searches": searches,
-        "bridge": bridge_result,
-        "seconds": time.perf_counter() - start,
-    }
-    write(report, out)
+    budget = dataclasses.replace(budget, verify=cfg)
+    n_searches = len(algorithm_searches(name)) if exact else 0
+    verify_report: dict[str, Any] | None = None
+    searches: list[dict[str, Any]] = []
+    bridge_result: dict[str, Any] = {"skipped": "--no-bridge"} if not bridge else {"skipped": "not reached"}
+    partial: str | None = None
+    times: dict[str, float] = {}
+    estimate: dict[str, Any] = {}
+    try:
+        cal = calibrate(name, cfg, exact)
+        budget = fit(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
+        cfg = budget.verify
+        estimate = plan(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
+        say(plan_text(estimate))
+        deadline = None if budget.seconds is None else time.monotonic() + budget.seconds - (time.perf_counter() - start)
+        t = time.perf_counter()
+        say(f"[1/3] verify: {name} on {cfg.instances} random problems per cell")
+        verify_report = verify(cfg, progress=say)
+        times["verify"] = time.perf_counter() - t
+        if verify_report.get("partial"):
+            raise KeyboardInterrupt
+        t = time.perf_counter()
+        if exact:
+            say(f"[2/3] searches: {budget.max_examples} cases each")
+            search_deadline = None if deadline is None else deadline - estimate["bridge"] - WRITE_SECONDS
+            run_searches(name, budget, out, seed, say, searches, search_deadline)
+        else:
+            say("[2/3] searches: skipped (" + (refused_label(refusal) if refusal else "the advantage estimator has no exact mode") + ")")
+        times["searches"] = time.perf_counter() - t
+        if bridge:
+            t = time.perf_counter()
+            say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
+            bridge_result = run_bridge(name, budget, out, plugins, say)
+            times["bridge"] = time.perf_counter() - t
+    except KeyboardInterrupt as stop:
+        partial = str(stop) if isinstance(stop, Interrupted) else "SIGINT"
+        say(f"interrupted ({partial}): writing the report of what finished")
+    finally:
+        if main_thread:  # the report is written whatever comes now; a second signal waits for it
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if verify_report is None:
+            verify_report = {"config": dataclasses.asdict(cfg), "table1": [], "cells": [], "counterexamples": [],
+                             "partial": True, "seconds": 0.0}
+        if searches and verify_report["table1"]:
+            # the searches' counterexamples are measurements of the verify cells too: one truth per report
+            apply_counterexamples(verify_report, [
+                {"file": s["file"], "search": s["search"], "algorithm": name, "setting": "ST" if s["turns"] == 1 else "MT",
+                 "parameterization": s["parameterization"], "mode": "exact", "reproduces": bool(s.get("reproduces")),
+                 "decreases": bool(s.get("reproduces")), "J": s["J"], "largest_decrease": s["largest_decrease"]}
+                for s in searches if s["found"]])
+        row = algorithm_rows([name], cfg.exact_epochs)[0]
+        if not exact:
+            mono = {"measured": None, "evidence": [refused_label(refusal) if refusal else
+                                                   "no exact mode: the estimator is registered with exact=False"]}
+        else:
+            mono = monotonicity(verify_report, searches)
+        report = {
+            "algorithm": name,
+            "out": str(out),
+            "config": config.to_dict(),
+            "plugins": list(plugins),
+            "budget": dataclasses.asdict(budget) | {"seed": seed},
+            "plan": estimate,
+            "exact_mode": exact,
+            "exact_refused": refusal,
+            "monotonicity": mono,
+            "verify": verify_report,
+            "table_row": {"advantage": row.advantage, "update": row.update, "level": row.level},
+            "searches": searches,
+            "bridge": bridge_result,
+            "partial": partial,
+            "moved_aside": list(moved_aside or []),
+            "times": times,
+            "seconds": time.perf_counter() - start,
+        }
+        write(report, out)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return report
 
 
+def _modes(report: dict[str, Any]) -> str:
+    modes = [m for m in ("exact", "sampled") if any(c["mode"] == m and not c.get("refused") for c in report["verify"]["cells"])]
+    return " and ".join(modes) if modes else "none ran"
+
+
 def markdown(report: dict[str, Any]) -> str:
-    """The report to paste: the verdict first, then the evidence of each part."""
+    """The report to paste: the verdict first, then the evidence of each part (one plugin line, one total time)."""
+    from seeupo.experiments.verify import headline
     from seeupo.experiments.verify import markdown as verify_markdown
 
     name, mono = report["algorithm"], report["monotonicity"]
     row = report["table_row"]
-    lines = [f"# `seeupo check {name}`", "",
+    title = f"# `seeupo check {name}`" + (f" (partial: stopped by {report['partial']})" if report.get("partial") else "")
+    lines = [title, "",
              f"Advantage: {row['advantage']}; update: {row['update']}; level: {row['level']}.", ""]
     if report["plugins"]:
         lines += ["Plugins: " + ", ".join(f"`{p}`" for p in report["plugins"]), ""]
+    if report.get("partial"):
+        lines += [f"**Partial report**: the check was stopped ({report['partial']}) before it finished; below is what "
+                  "finished, with every counterexample found so far.", ""]
+    if report.get("moved_aside"):
+        lines += ["An earlier check's files were moved aside (--overwrite deletes nothing): "
+                  + ", ".join(f"`{m}`" for m in report["moved_aside"]) + ".", ""]
     lines += ["## Verdict", ""]
     if mono["measured"] is None:
         lines += ["Exact monotonicity: not measured (" + mono["evidence"][0] + ")."]
     else:
         lines += [f"Exact monotonicity, measured: **{mono['measured']}**."] + [f"* {e}" for e in mono["evidence"]]
-    exact_cells = [c for c in report["verify"]["cells"] if c["mode"] == "exact"]
+    extra = [h for h in headline(report["verify"]) if not h.startswith("**Partial")]
+    if extra:
+        lines += [""] + extra
+    exact_cells = [c for c in report["verify"]["cells"] if c["mode"] == "exact" and not c.get("refused")]
     if exact_cells:
-        lines += ["", "Convergence on random token bandits (exact): " + "; ".join(
-            f"{c['setting']} {c['parameterization']}: {c['verdict']} (final gap max {c['max_final_gap']:.1e})" for c in exact_cells) + "."]
+        def cell_words(c: dict[str, Any]) -> str:
+            words = c["verdict"] + (f" (counterexample; random instances: {c['random_instances']})" if c.get("random_instances") else "")
+            return f"{c['setting']} {c['parameterization']}: {words} (final gap max {c['max_final_gap']:.1e})"
+        lines += ["", "Convergence on random token bandits (exact): " + "; ".join(cell_words(c) for c in exact_cells) + "."]
     bridge = report["bridge"]
-    if bridge.get("row"):
+    if bridge.get("vacuous"):
+        lines += ["", f"Bridge: **{VACUOUS}** ({bridge['vacuous']})."]
+    elif bridge.get("row"):
         b = bridge["row"]
         lines += ["", f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps): "
                   f"J {b['J_initial_mean']:.4f} -> {b['J_final_mean']:.4f} (J* {b['J_star']:.4f}); "
@@ -214,21 +484,31 @@ def markdown(report: dict[str, Any]) -> str:
                   "Sampled updates: decreases there are expected noise, not violations."]
     else:
         lines += ["", f"Bridge: skipped ({bridge.get('skipped', 'no complete run')})."]
-    lines += ["", "## Searches", "", "| Search | Cases | Found | J | Replays |", "|---|---|---|---|---|"]
+    lines += ["", "## Searches (exact mode)", "", "| Search | Cases tried | Outcome | Replays |", "|---|---|---|---|"]
     for s in report["searches"]:
-        j = f"{s['J'][0]:.6f} -> {s['J'][-1]:.6f}" if s["found"] else "—"
-        lines.append(f"| {s['description']} | {s['max_examples']} | {'yes' if s['found'] else 'no'} | {j} "
-                     f"| {s.get('reproduces', '—')} |")
+        lines.append(f"| {s['description']} | {s.get('examples', s['max_examples'])} of {s['max_examples']} "
+                     f"| {search_outcome(s)} | {s.get('reproduces', '—') if s['found'] else '—'} |")
     if not report["searches"]:
-        lines.append("| (none: no exact mode) | | | | |")
+        why = ("not reached" if report.get("partial") and report["exact_mode"] else
+               "none: " + (refused_label(report["exact_refused"]) if report.get("exact_refused") else "no exact mode"))
+        lines.append(f"| ({why}) | | | |")
     plugin_flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in report["plugins"])
     found = [s["file"] for s in report["searches"] if s["found"]]
     if found:
-        lines += ["", "Replay the counterexamples: `seeupo replay "
+        lines += ["", "Counterexample files (in this folder): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
                   + " ".join(f"{report['out']}/{f}" for f in found) + plugin_flags + "`."]
     lines.append("")
-    body = verify_markdown(report["verify"]).split("\n", 1)[1]
-    lines += ["## Verify cells", body, f"Total time: {report['seconds']:.0f} s.", ""]
+    if report["verify"]["table1"]:
+        body = verify_markdown(report["verify"], embedded=True).split("\n", 1)[1]
+        lines += [f"## Verify cells ({_modes(report)})", body]
+    else:
+        lines += ["## Verify cells", "", "Not finished (the check was stopped during them).", ""]
+    times = report.get("times", {})
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
+    planned = report.get("plan") or {}
+    lines += [f"Total time: {report['seconds']:.0f} s" + (f" ({parts})" if parts else "")
+              + (f"; estimated {planned['total']:.0f} s" if planned.get("total") else "")
+              + (f"; budget {planned['budget']:.0f} s" if planned.get("budget") else "") + ".", ""]
     return "\n".join(lines)
 
 
@@ -241,7 +521,7 @@ def figure(report: dict[str, Any], path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for c in report["verify"]["cells"]:
-        if c["mode"] == "exact":
+        if c["mode"] == "exact" and not c.get("refused"):
             line, = ax1.plot(c["worst_J"], label=f"{c['setting']} {c['parameterization']}")
             ax1.axhline(c["J_star_worst"], color=line.get_color(), ls=":", lw=0.8)
     ax1.set(title=f"{report['algorithm']}: exact J, worst random instance", xlabel="iteration", ylabel="J")
@@ -260,6 +540,7 @@ def figure(report: dict[str, Any], path: Path) -> None:
 
 
 def write(report: dict[str, Any], out: Path) -> None:
+    """``check.json``, ``check.md`` and ``check.png`` in ``out``."""
     from seeupo.validation import dumps
 
     out.mkdir(parents=True, exist_ok=True)
@@ -271,6 +552,7 @@ def write(report: dict[str, Any], out: Path) -> None:
 def summary_line(report: dict[str, Any]) -> str:
     """One line for the terminal and for tables of several algorithms."""
     mono = report["monotonicity"]
+    prefix = f"{report['algorithm']}" + (f" (partial: stopped by {report['partial']})" if report.get("partial") else "")
     if mono["measured"] is None:
-        return f"{report['algorithm']}: no exact mode"
-    return f"{report['algorithm']}: {mono['measured']}; " + "; ".join(mono["evidence"])
+        return f"{prefix}: " + mono["evidence"][0]
+    return f"{prefix}: {mono['measured']}; " + "; ".join(mono["evidence"])

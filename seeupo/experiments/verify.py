@@ -613,8 +613,8 @@ def headline(report: dict[str, Any]) -> list[str]:
 def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     """The report as markdown: the headline, Table 1 (paper vs measured) and every cell.
 
-    ``embedded``: a section of another report (``seeupo check``), which states the plugins and
-    the total time once itself: neither is repeated here.
+    ``embedded``: a section of another report (``seeupo check``), which states the headline, the
+    plugins and the total time once itself: none is repeated here.
     """
     cfg = report["config"]
     if cfg.get("algorithms"):
@@ -642,7 +642,7 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     lines = [
         f"# {title}" + (" (partial)" if report.get("partial") else ""),
         "",
-        *[line + "\n" for line in headline(report)],
+        *([] if embedded else [line + "\n" for line in headline(report)]),
         table_text + f" A J decrease is a decrease of J by more than {cfg['tol']:g}; converged means within "
         f"{cfg['gap_tol']:g} of J*. "
         + ("*Measured* also counts " + " and ".join(consulted) + ": one that lowers J makes the cell 'J decreased'."
