@@ -290,7 +290,8 @@ def test_check_reports_the_counterexamples_of_a_plugin_algorithm(tmp_path, capsy
     assert "is not empty" in _one_line_error(capsys)
     (out / "notes.txt").write_text("mine")
     assert main([*args, "--overwrite"]) == 0
-    assert (out / "notes.txt").read_text() == "mine"  # --overwrite deletes only the check's own files
+    assert (out / "notes.txt").read_text() == "mine"  # --overwrite moves only the check's own files aside
+    assert list(out.glob("previous-*/counterexamples/*.json"))  # and deletes none
 
 
 def test_check_of_an_estimator_without_exact_mode_runs_sampled_cells_only(tmp_path, capsys):

@@ -86,8 +86,12 @@ MIN_EXAMPLES = 2  # cases per search, whatever the budget (the deadline still st
 SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
 SHRINK_MARGIN = 1.5  # a search that finds a case spends time shrinking it: its estimate is this much more
 WRITE_SECONDS = 5.0  # the report, figure and replay at the end
-BRIDGE_SECONDS_PER_STEP = 2.0  # one warm-up or training step of tiny-qwen3, 2 CPU cores (measured 2026-11-26, loaded)
-BRIDGE_LOAD_SECONDS = 10.0  # building the model and the trainer, per seed
+# the bridge, measured on 2 CPU cores shared with other work (2026-11-26): 1 seed x (5 warm-up + 2 steps)
+# 33.8 s, 1 seed x (40 + 8) 111.8 s: about 1.9 s a step and 20 s to build the model and trainer
+BRIDGE_SECONDS_PER_STEP = 1.9
+BRIDGE_LOAD_SECONDS = 20.0  # per seed
+BRIDGE_SHARE = 2 / 3  # the bridge may take this much of a budget (fewer seeds, at least one)
+POOL_START_SECONDS = 5.0  # verify's worker processes import torch and the plugins
 
 
 class Interrupted(KeyboardInterrupt):
@@ -182,12 +186,13 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     cell_seconds = [cfg.iterations * cal.iteration * (1.0 if mode == "exact" else cfg.sampled_iterations_factor * SAMPLED_COST)
                     for _, mode, _ in cells]
     parallel = max(1, min(cfg.workers, len(cells)))
-    verify_s = sum(cell_seconds) / parallel + (2.0 * parallel if cfg.workers > 1 else 0.0)  # + starting the workers
+    verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
     searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
     bridge_s = len(budget.bridge_seeds) * (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * (budget.bridge_steps + budget.bridge_warmup)) \
         if bridge else 0.0
     total = cal.seconds + verify_s + searches_s + bridge_s + WRITE_SECONDS
     return {"cells": len(cells), "instances": cfg.instances, "iterations": cfg.iterations, "searches": searches if exact else 0,
+            "bridge_seeds": list(budget.bridge_seeds),
             "max_examples": budget.max_examples, "bridge_runs": len(budget.bridge_seeds) if bridge else 0,
             "bridge_steps": budget.bridge_steps, "calibration": cal.seconds, "verify": verify_s, "search_time": searches_s,
             "bridge": bridge_s, "total": total, "budget": budget.seconds}
@@ -196,12 +201,18 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
 def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> CheckBudget:
     """``budget`` scaled to fit ``budget.seconds`` by the estimate of :func:`plan` (unchanged without a budget).
 
-    The verify cells may take at most a third of what the bridge leaves (fewer iterations, down
-    to :data:`MIN_ITERATIONS`); the searches get the rest (fewer cases, down to :data:`MIN_EXAMPLES`).
-    The sizes only grow back to ``budget``'s own, never beyond.
+    The bridge may take :data:`BRIDGE_SHARE` of it (fewer seeds, at least one: its steps and
+    warm-up are the bridge's own settings); the verify cells at most a third of what the bridge
+    leaves (fewer iterations, down to :data:`MIN_ITERATIONS`); the searches get the rest (fewer
+    cases, down to :data:`MIN_EXAMPLES`). Sizes only shrink, never grow beyond ``budget``'s own.
     """
     if budget.seconds is None:
         return budget
+    if bridge:
+        per_seed = plan(name, dataclasses.replace(budget, bridge_seeds=(0,)), cal, exact=exact, bridge=True,
+                        searches=searches)["bridge"]
+        seeds = max(1, min(len(budget.bridge_seeds), math.floor(budget.seconds * BRIDGE_SHARE / per_seed)))
+        budget = dataclasses.replace(budget, bridge_seeds=budget.bridge_seeds[:seeds])
     first = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches)
     free = budget.seconds - cal.seconds - WRITE_SECONDS - first["bridge"]
     cfg = budget.verify
@@ -325,8 +336,12 @@ def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) 
         f"{NO_DECREASE_FOUND} in {len(searches)} searches ({cases} cases in all) and in {updates} exact updates on random instances"]}
 
 
+_SIGNALS: list[str] = []  # the signals received by the running check, in order
+
+
 def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+    _SIGNALS.append(signal.Signals(signum).name)
+    raise Interrupted(_SIGNALS[-1])
 
 
 def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
@@ -343,6 +358,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     from seeupo.experiments.verify import algorithm_rows, apply_counterexamples, exact_refusal, verify
 
     start = time.perf_counter()
+    _SIGNALS.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
     config = PRESETS[name]
@@ -386,7 +402,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             bridge_result = run_bridge(name, budget, out, plugins, say)
             times["bridge"] = time.perf_counter() - t
     except KeyboardInterrupt as stop:
-        partial = str(stop) if isinstance(stop, Interrupted) else "SIGINT"
+        # a search catches the interrupt to save its case, then raises a plain one: the name is kept here
+        partial = str(stop) if isinstance(stop, Interrupted) else (_SIGNALS[-1] if _SIGNALS else "SIGINT")
         say(f"interrupted ({partial}): writing the report of what finished")
     finally:
         if main_thread:  # the report is written whatever comes now; a second signal waits for it

@@ -1,0 +1,165 @@
+"""Reports that mean what they say: no verdict from no signal, one truth per report, time and interruption.
+
+The command-line runs are subprocesses: each loads its plugin into a fresh registry, and the
+SIGTERM test needs a process to stop.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from seeupo.experiments.verdicts import EXACT_MEASURED, NO_SIGNAL, SAMPLED_MEASURED, history_outcome, no_signal, table1_verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ZERO = '''
+from seeupo.core.advantages import broadcast_to_tokens
+from seeupo.core.batch import per_trajectory
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est
+
+@register_adv_est("zero_test", needs_group_stats=True)
+def zero(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+    """No signal at all: every advantage 0."""
+    return broadcast_to_tokens((per_trajectory(batch.traj_return, batch) * 0.0)[batch.traj_id], batch)
+
+register_preset(preset("grpo", name="zero_grpo", advantage="zero_test", grae_scale="none"))
+'''
+
+# GRPO's advantage with the sign flipped: every exact update lowers J, so a search finds a case at once
+ANTI = '''
+from seeupo.core.advantages import broadcast_to_tokens
+from seeupo.core.batch import per_trajectory, segment_sum
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est
+
+@register_adv_est("anti_test", needs_group_stats=True)
+def anti(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+    r, g = per_trajectory(batch.traj_return, batch), per_trajectory(batch.group_id, batch)
+    mean = segment_sum(r, g, batch.num_groups) / cfg.group_size
+    return broadcast_to_tokens((mean[g] - r)[batch.traj_id], batch)
+
+register_preset(preset("rloo", name="anti_pg", advantage="anti_test"))
+'''
+
+
+def seeupo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "seeupo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_frozen_J_is_no_learning_signal():
+    frozen = torch.full((5, 3), 0.375, dtype=torch.float64)
+    assert no_signal(frozen) and no_signal(torch.tensor([[0.5], [float("nan")]]))
+    assert not no_signal(torch.tensor([[0.5, 0.5], [0.5, 0.6]]))  # one instance moved: a signal
+    hist = SimpleNamespace(J=frozen, J_star=torch.ones(3, dtype=torch.float64), gap=1 - frozen,
+                           violations=lambda tol: torch.zeros(4, 3))
+    for mode in ("exact", "sampled"):
+        assert history_outcome(hist, mode)["measured"] == NO_SIGNAL
+    assert NO_SIGNAL in EXACT_MEASURED and NO_SIGNAL in SAMPLED_MEASURED
+    assert table1_verdict("converges", NO_SIGNAL, []) == (NO_SIGNAL, "inconclusive")
+
+
+def test_a_zero_estimator_gets_no_learning_signal_in_verify_and_check(tmp_path):
+    from seeupo.core.config import PRESETS, preset
+    from seeupo.core.registry import ADV_ESTIMATORS, register_adv_est
+    from seeupo.experiments.verify import VerifyConfig, algorithm_rows, run_cell
+
+    from seeupo.core.advantages import broadcast_to_tokens
+    from seeupo.core.batch import per_trajectory
+
+    def zero(batch, cfg, **_):
+        return broadcast_to_tokens((per_trajectory(batch.traj_return, batch) * 0.0)[batch.traj_id], batch)
+
+    register_adv_est("zero_in_process", needs_group_stats=True)(zero)
+    PRESETS["zero_in_process"] = preset("grpo", name="zero_in_process", advantage="zero_in_process")
+    try:
+        row = algorithm_rows(["zero_in_process"], 10)[0]
+        cfg = VerifyConfig(instances=3, iterations=3, workers=1)
+        for mode in ("exact", "sampled"):
+            assert run_cell(row, "ST", mode, "independent", cfg).verdict == NO_SIGNAL
+    finally:
+        ADV_ESTIMATORS.remove("zero_in_process")
+        del PRESETS["zero_in_process"]
+
+    (tmp_path / "zero.py").write_text(ZERO)
+    done = seeupo("check", "zero_grpo", "--plugin", "zero.py", "--quick", "--no-bridge", "--no-progress",
+                  "--budget", "30", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"zero_grpo: {NO_SIGNAL}; ")
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["monotonicity"]["measured"] == NO_SIGNAL
+    assert {c["verdict"] for c in report["verify"]["cells"]} == {NO_SIGNAL}
+    assert all(s["moved"] == 0 and not s["found"] for s in report["searches"])
+    text = (tmp_path / "out/check.md").read_text()
+    assert f"Exact monotonicity, measured: **{NO_SIGNAL}**" in text
+    # one truth per report: one total time, one plugin line, headings as run, no internal field names
+    assert text.count("Total time") == 1 and text.count("Plugins:") == 1
+    assert "## Verify cells (exact)" in text and "## Searches (exact mode)" in text and "sampled)" not in text
+    assert "counterexample_dir" not in text and "no violation" not in text
+    assert "converges" not in text.split("## Verdict")[1].split("## Searches")[0]
+
+
+def test_verify_with_an_algorithms_counterexamples_never_says_converges(tmp_path):
+    # the committed DAPO counterexample lowers J in one exact single-turn update (independent parameters)
+    done = seeupo("verify", "--quick", "--algorithms", "dapo", "--plugin", str(ROOT / "examples/algorithms/dapo.py"),
+                  "--counterexamples", str(ROOT / "paper_repro/algorithms/dapo"), "--instances", "2", "--iterations", "3",
+                  "--workers", "1", "--no-progress", "--out", "v", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "v/verify.json").read_text())
+    st = next(c for c in report["cells"] if c["setting"] == "ST" and c["mode"] == "exact")
+    assert st["verdict"] == "J decreased" and st["counterexamples"] and st["random_instances"]
+    assert report["table1"][0]["ST"]["measured"] == "J decreased"
+    assert any(e["decreases"] for e in report["counterexamples"])
+    text = (tmp_path / "v/verify.md").read_text()
+    assert "**J decreased** in saved counterexamples that replay" in text
+    st_line = next(line for line in text.splitlines() if line.startswith("| dapo | ST | exact |"))
+    assert st_line.split("|")[5].strip().startswith("J decreased")
+
+
+def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples(tmp_path):
+    (tmp_path / "anti.py").write_text(ANTI)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "seeupo", "check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge",
+           "--max-examples", "40", "--out", "out"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # stop it once a counterexample has been saved, while the other searches run
+        seen.append(line)
+        if line.startswith("search anti_pg_") and "J " in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + err
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["partial"] == "SIGTERM"
+    found = [s for s in report["searches"] if s["found"]]
+    assert found and all((tmp_path / "out" / s["file"]).exists() for s in found)
+    assert len(report["searches"]) < 5
+    text = (tmp_path / "out/check.md").read_text()
+    assert "(partial: stopped by SIGTERM)" in text and "**Partial report**" in text and found[0]["file"] in text
+    assert report["monotonicity"]["measured"] == "J decreased"
+
+    # --overwrite moves the earlier files aside, and a budget is kept (loosely: startup is not in it)
+    start = time.perf_counter()
+    again = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
+                   "--budget", "20", "--out", "out", "--overwrite", cwd=tmp_path)
+    seconds = time.perf_counter() - start
+    assert again.returncode == 0, again.stderr
+    assert "moving the earlier check's files aside" in again.stderr
+    previous = list((tmp_path / "out").glob("previous-*"))
+    assert len(previous) == 1
+    for s in found:
+        assert (previous[0] / s["file"]).exists()
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert f"{previous[0].name}/counterexamples" in report["moved_aside"]
+    assert previous[0].name in (tmp_path / "out/check.md").read_text()
+    assert report["seconds"] <= 1.5 * 20 + 15, report["seconds"]
+    assert seconds <= 1.5 * 20 + 45, seconds  # + starting Python and the plugin (a loaded CI machine)
