@@ -300,15 +300,6 @@ def search_names() -> list[tuple[str, str]]:
     return out
 
 
-def search_outcome(result) -> str:
-    """The words for a search that found nothing, the same in ``search`` and ``check`` (seeupo.experiments.verdicts)."""
-    from seeupo.experiments.verdicts import NO_DECREASE_FOUND, SEARCH_NO_SIGNAL
-
-    if result.moved == 0 and result.examples:
-        return f"{SEARCH_NO_SIGNAL} in {result.examples} cases"
-    return f"{NO_DECREASE_FOUND} in {result.examples} cases" + (" (stopped: budget)" if result.stopped == "budget" else "")
-
-
 def _cmd_search(args: argparse.Namespace) -> int:
     if args.algorithm is not None:
         if args.algorithm not in PRESETS:
@@ -341,6 +332,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     from seeupo.experiments.counterexamples import search
     from seeupo.experiments.searches import SEARCHES, algorithm_searches, get
+    from seeupo.experiments.verdicts import search_outcome
 
     if args.algorithm is not None:
         specs = algorithm_searches(args.algorithm)
@@ -354,7 +346,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     for spec in specs:
         budget = args.max_examples or spec.max_examples
         print(f"searching {spec.name} ({budget} examples) ...", file=sys.stderr, flush=True)
-        result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed)
+        result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed,
+                        keep_on_interrupt=True)
         entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
                  "max_examples": budget, "seed": args.seed, "found": result.found is not None, "moved": result.moved}
         if args.plugins_loaded:
@@ -363,13 +356,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
             path = out_dir / f"{spec.name}.json"
             result.found.save(path)
             entry |= {"file": str(path), "J": result.found.J, "largest_decrease": result.found.largest_decrease}
-            print(f"{spec.name}: FOUND, J {result.found.J[0]:.6f} -> {result.found.J[-1]:.6f}; saved {path}")
+            print(f"{spec.name}: {search_outcome(entry)}; saved {path}")
         else:
-            print(f"{spec.name}: {search_outcome(result)}")
+            print(f"{spec.name}: {search_outcome(entry)}")
         summary.append(entry)
+        if result.stopped == "interrupted":  # Ctrl-C: keep what was found, record it, stop
+            entry["stopped"] = "interrupted"
+            break
     existing |= {e["search"]: e for e in summary}
     index.write_text(dumps(list(existing.values()), indent=1) + "\n")
-    return 0
+    return 130 if summary and summary[-1].get("stopped") == "interrupted" else 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -383,8 +379,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
     moved = prepare_output(out, args.overwrite, lambda m: print(m, file=sys.stderr, flush=True))  # said even with --no-progress
     budget = QUICK if args.quick else DEFAULT
-    if args.max_examples:
-        budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples})
+    if args.max_examples:  # the cases asked for, not fewer to fit the default budget (an explicit --budget still fits)
+        budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples, "seconds": None})
     if args.budget is not None:
         budget = budget.__class__(**{**budget.__dict__, "seconds": args.budget})
     report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
@@ -627,7 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the algorithm: a preset name (seeupo presets lists them)")
     _plugin_option(p)
     p.add_argument("--quick", action="store_true", help="small sizes (about a minute without the bridge): for a first look")
-    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150, fewer to fit --budget; --quick 8)")
+    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150, fewer to fit the budget; --quick 8); "
+                                                              "given alone, the default budget is not applied")
     p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
     p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")

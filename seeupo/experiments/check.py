@@ -27,8 +27,9 @@ Time. Before it starts, ``check`` times one small unit of each part on this mach
 (:func:`calibrate`: a two-iteration cell, three search cases), prints its plan with an estimate
 (:func:`plan`) and, given a budget in seconds, fits it: fewer verify iterations first, then fewer
 search cases; each search also stops at its share of the time left (a case found is kept, not
-shrunk to the end). The bridge is not scaled (its settings are the bridge's own); its estimate
-is a fixed figure measured on 2 CPU cores, :data:`BRIDGE_SECONDS_PER_STEP`.
+shrunk to the end). The bridge keeps its steps and warm-up (they are the bridge's own settings)
+but may run fewer seeds, at least one: its estimate is a fixed figure measured on 2 CPU cores
+(:data:`BRIDGE_SECONDS_PER_STEP`, ...), and a seed after the first starts only if it fits.
 
 Interruption. Ctrl-C or SIGTERM stops the check where it is and writes the report of what
 finished, marked partial, with every counterexample found so far (a search interrupted while
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, SEARCH_NO_SIGNAL, VACUOUS, refused_label
+from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, VACUOUS, refused_label, search_outcome
 from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
@@ -86,10 +87,12 @@ MIN_EXAMPLES = 2  # cases per search, whatever the budget (the deadline still st
 SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
 SHRINK_MARGIN = 1.5  # a search that finds a case spends time shrinking it: its estimate is this much more
 WRITE_SECONDS = 5.0  # the report, figure and replay at the end
-# the bridge, measured on 2 CPU cores shared with other work (2026-11-26): 1 seed x (5 warm-up + 2 steps)
-# 33.8 s, 1 seed x (40 + 8) 111.8 s: about 1.9 s a step and 20 s to build the model and trainer
-BRIDGE_SECONDS_PER_STEP = 1.9
-BRIDGE_LOAD_SECONDS = 20.0  # per seed
+# the bridge on 2 CPU cores shared with other work (2026-11-26): one seed of 40 warm-up + 8 steps took
+# 12-18 s in one check (about 1 s a training step) and 112 s under a heavier load; the estimate takes
+# the lighter figures and the bridge's deadline (run_bridge) the rest: a seed starts only if it fits
+BRIDGE_SECONDS_PER_STEP = 1.0  # a training step
+BRIDGE_SECONDS_PER_WARMUP_STEP = 0.2  # a format warm-up step (shorter sequences, no exact J)
+BRIDGE_LOAD_SECONDS = 8.0  # per seed: building the model and the trainer
 BRIDGE_SHARE = 2 / 3  # the bridge may take this much of a budget (fewer seeds, at least one)
 POOL_START_SECONDS = 5.0  # verify's worker processes import torch and the plugins
 
@@ -188,8 +191,9 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
     searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
-    bridge_s = len(budget.bridge_seeds) * (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * (budget.bridge_steps + budget.bridge_warmup)) \
-        if bridge else 0.0
+    per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps
+                + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
+    bridge_s = len(budget.bridge_seeds) * per_seed if bridge else 0.0
     total = cal.seconds + verify_s + searches_s + bridge_s + WRITE_SECONDS
     return {"cells": len(cells), "instances": cfg.instances, "iterations": cfg.iterations, "searches": searches if exact else 0,
             "bridge_seeds": list(budget.bridge_seeds),
@@ -236,21 +240,11 @@ def plan_text(p: dict[str, Any]) -> str:
         parts.append(f"bridge {p['bridge_runs']} runs x {p['bridge_steps']} steps ~{p['bridge']:.0f} s")
     budget = f"; budget {p['budget']:.0f} s" if p["budget"] else ""
     over = " (over the budget: the searches stop at their share of it)" if p["budget"] and p["total"] > p["budget"] else ""
-    return (f"plan: " + "; ".join(parts) + f"; estimate {p['total']:.0f} s in all (calibrated on this machine in "
+    return ("plan: " + "; ".join(parts) + f"; estimate {p['total']:.0f} s in all (calibrated on this machine in "
             f"{p['calibration']:.0f} s){budget}{over}")
 
 
 # ----------------------------------------------------------------------------------- parts
-
-
-def search_outcome(entry: dict[str, Any]) -> str:
-    """A search's outcome in words, the same in the report and on the terminal (and as ``seeupo search``)."""
-    if entry["found"]:
-        text = f"J {entry['J'][0]:.6f} -> {entry['J'][-1]:.6f}"
-        return text + (" (not shrunk to the end: " + entry["stopped"] + ")" if entry.get("stopped") else "")
-    words = SEARCH_NO_SIGNAL if entry.get("moved") == 0 and entry["examples"] else NO_DECREASE_FOUND
-    text = f"{words} in {entry['examples']} cases"
-    return text + (f" (stopped: {entry['stopped']})" if entry.get("stopped") else "")
 
 
 def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Callable[[str], None],
@@ -268,7 +262,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
         start = time.perf_counter()
         mine = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(specs) - i)
         result = search(spec.cases(), claim=spec.claim, description=spec.description,
-                        max_examples=budget.max_examples, seed=seed, deadline=mine)
+                        max_examples=budget.max_examples, seed=seed, deadline=mine, keep_on_interrupt=True)
         found = result.found
         entry: dict[str, Any] = {"search": spec.name, "description": spec.description, "max_examples": budget.max_examples,
                                  "examples": result.examples, "moved": result.moved, "seed": seed,
@@ -288,8 +282,13 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
             raise KeyboardInterrupt
 
 
-def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
-    """A short language-model run on the bridge with exact ``J`` per step, or why it was skipped."""
+def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None],
+               deadline: float | None = None) -> dict[str, Any]:
+    """A short language-model run on the bridge with exact ``J`` per step, or why it was skipped.
+
+    ``deadline`` (``time.monotonic()``): a seed after the first starts only if one more seed, as
+    long as the slowest so far, ends before it; the seeds left out are listed (``seeds_left_out``).
+    """
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -300,10 +299,22 @@ def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ..
                                    steps=budget.bridge_steps, seeds=budget.bridge_seeds)
     sweep = bridge_lm.Sweep(models=(model,), presets=(name,), seeupo_variants=(), plugins=plugins)
     folder = out / "bridge"
+    done: list[int] = []
+    slowest = 0.0
     for spec in bridge_lm.runs_of(sweep):
+        if done and deadline is not None and time.monotonic() + slowest > deadline:
+            break
+        start = time.monotonic()
         bridge_lm.run_one(spec, sweep, folder, log=say)
+        slowest = max(slowest, time.monotonic() - start)
+        done.append(spec.seed)
+    left_out = [seed for seed in budget.bridge_seeds if seed not in done]
+    if left_out:
+        say(f"bridge: seeds {left_out} left out to keep the budget")
+        sweep = dataclasses.replace(sweep, models=(dataclasses.replace(model, seeds=tuple(done)),))
     tables = bridge_lm.build_tables(sweep, folder)
-    return {"settings": tables["settings"], "runs": tables["runs"], "row": tables["rows"][0] if tables["rows"] else None}
+    return {"settings": tables["settings"], "runs": tables["runs"], "row": tables["rows"][0] if tables["rows"] else None,
+            "seeds_left_out": left_out}
 
 
 def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -399,7 +410,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         if bridge:
             t = time.perf_counter()
             say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
-            bridge_result = run_bridge(name, budget, out, plugins, say)
+            bridge_result = run_bridge(name, budget, out, plugins, say,
+                                       None if deadline is None else deadline - WRITE_SECONDS)
             times["bridge"] = time.perf_counter() - t
     except KeyboardInterrupt as stop:
         # a search catches the interrupt to save its case, then raises a plain one: the name is kept here
@@ -481,7 +493,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["Exact monotonicity: not measured (" + mono["evidence"][0] + ")."]
     else:
         lines += [f"Exact monotonicity, measured: **{mono['measured']}**."] + [f"* {e}" for e in mono["evidence"]]
-    extra = [h for h in headline(report["verify"]) if not h.startswith("**Partial")]
+    # the verdict's evidence already lists the counterexamples and says the run was partial
+    extra = [h for h in headline(report["verify"]) if not h.startswith(("**Partial", "**J decreased**"))]
     if extra:
         lines += [""] + extra
     exact_cells = [c for c in report["verify"]["cells"] if c["mode"] == "exact" and not c.get("refused")]
@@ -498,13 +511,15 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps): "
                   f"J {b['J_initial_mean']:.4f} -> {b['J_final_mean']:.4f} (J* {b['J_star']:.4f}); "
                   f"{b['decreases_total']} of {b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}). "
-                  "Sampled updates: decreases there are expected noise, not violations."]
+                  "Sampled updates: decreases there are expected noise, not violations."
+                  + (f" Seeds {bridge['seeds_left_out']} were left out to keep the budget." if bridge.get("seeds_left_out") else "")]
     else:
         lines += ["", f"Bridge: skipped ({bridge.get('skipped', 'no complete run')})."]
     lines += ["", "## Searches (exact mode)", "", "| Search | Cases tried | Outcome | Replays |", "|---|---|---|---|"]
     for s in report["searches"]:
+        replays = ({True: "yes", False: "no"}.get(s.get("reproduces"), "not replayed (interrupted)")) if s["found"] else "—"
         lines.append(f"| {s['description']} | {s.get('examples', s['max_examples'])} of {s['max_examples']} "
-                     f"| {search_outcome(s)} | {s.get('reproduces', '—') if s['found'] else '—'} |")
+                     f"| {search_outcome(s)} | {replays} |")
     if not report["searches"]:
         why = ("not reached" if report.get("partial") and report["exact_mode"] else
                "none: " + (refused_label(report["exact_refused"]) if report.get("exact_refused") else "no exact mode"))

@@ -319,6 +319,7 @@ def search(
     seed: int = 0,
     condition: Callable[[Case], bool] | None = None,
     deadline: float | None = None,
+    keep_on_interrupt: bool = False,
 ) -> SearchResult:
     """Search the hypothesis strategy ``cases`` for a case where ``J`` drops by more than ``tol``.
 
@@ -328,10 +329,11 @@ def search(
     move ``J`` measured nothing).
     Returns the recorded minimal counterexample, or ``None`` with the number of cases tried.
 
-    ``deadline`` (a :func:`time.monotonic` value) stops the search when it passes, and Ctrl-C /
-    SIGTERM (``KeyboardInterrupt``) stops it too: either way the last failing case seen is
-    recorded (not shrunk to the end, said in its ``search`` info) so that no counterexample found
-    is lost, and ``stopped`` says why. The caller decides whether to go on after an interrupt.
+    ``deadline`` (a :func:`time.monotonic` value) stops the search when it passes, and with
+    ``keep_on_interrupt`` Ctrl-C / SIGTERM (``KeyboardInterrupt``) stops it too instead of
+    propagating: either way the last failing case seen is recorded (not shrunk to the end, said in
+    its ``search`` info) so that no counterexample found is lost, and ``stopped`` says why
+    (``"budget"`` or ``"interrupted"``); the caller then stops on an interrupt.
     """
     import time
 
@@ -369,6 +371,8 @@ def search(
     except NoSuchExample:
         return SearchResult(None, count, seed, -1 if condition else moved_count)
     except (_OutOfTime, KeyboardInterrupt) as stop:
+        if isinstance(stop, KeyboardInterrupt) and not keep_on_interrupt:
+            raise
         why = "budget" if isinstance(stop, _OutOfTime) else "interrupted"
         found = None
         if last_failing is not None:

@@ -146,6 +146,20 @@ def label(agreement: str, measured: str, condition: str = "") -> str:
     return f"{agreement}{f' ({condition})' if condition else ''}; measured: {measured}"
 
 
+def search_outcome(entry: dict[str, Any]) -> str:
+    """A search's outcome in words, the same in ``seeupo search``, ``seeupo check`` and their reports.
+
+    ``entry``: ``found``, ``examples`` (cases tried), and where known ``J`` (of the case found),
+    ``moved`` (cases in which ``J`` moved at all) and ``stopped`` (why it ended early).
+    """
+    stopped = entry.get("stopped") or ""
+    if entry["found"]:
+        text = f"J decreased: {entry['J'][0]:.6f} -> {entry['J'][-1]:.6f}"
+        return text + (f" (stopped: {stopped}; the case is not shrunk to the end)" if stopped else "")
+    words = SEARCH_NO_SIGNAL if entry.get("moved") == 0 and entry["examples"] else NO_DECREASE_FOUND
+    return f"{words} in {entry['examples']} cases" + (f" (stopped: {stopped})" if stopped else "")
+
+
 def refused_label(reason: str) -> str:
     """How every report shows a refused exact mode: ``exact: refused (REASON)``."""
     return f"{REFUSED} ({reason})"

@@ -163,3 +163,22 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
     assert previous[0].name in (tmp_path / "out/check.md").read_text()
     assert report["seconds"] <= 1.5 * 20 + 15, report["seconds"]
     assert seconds <= 1.5 * 20 + 45, seconds  # + starting Python and the plugin (a loaded CI machine)
+
+
+def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
+    # until the registry checks symmetry itself, stand in for its exact_mode_refusal(entry)
+    from seeupo.core import registry
+    from seeupo.experiments.verify import VerifyConfig, markdown, verify
+
+    monkeypatch.setattr(registry, "exact_mode_refusal", lambda entry: "not symmetric in its group", raising=False)
+    cfg = VerifyConfig(instances=2, iterations=2, workers=1, algorithms=("grpo",), parameterizations=("independent",),
+                       counterexample_dir="")
+    report = verify(cfg)
+    exact = [c for c in report["cells"] if c["mode"] == "exact"]
+    assert exact and all(c["refused"] == "not symmetric in its group" for c in exact)
+    assert all(c["verdict"] == "exact: refused (not symmetric in its group)" for c in exact)
+    assert any(c["mode"] == "sampled" and not c["refused"] for c in report["cells"])
+    assert report["table1"][0]["ST"]["measured"] == "exact: refused (not symmetric in its group)"
+    text = markdown(report)
+    assert "**grpo: exact: refused (not symmetric in its group)**" in text and "no exact cell ran" in text
+    assert "## Every cell (sampled)" in text
