@@ -515,10 +515,10 @@ def markdown(report: dict[str, Any]) -> str:
                   + (f" Seeds {bridge['seeds_left_out']} were left out to keep the budget." if bridge.get("seeds_left_out") else "")]
     else:
         lines += ["", f"Bridge: skipped ({bridge.get('skipped', 'no complete run')})."]
-    lines += ["", "## Searches (exact mode)", "", "| Search | Cases tried | Outcome | Replays |", "|---|---|---|---|"]
+    lines += ["", "## Searches (exact mode)", "", "| Search | Cases evaluated, shrinking included (budget) | Outcome | Replays |", "|---|---|---|---|"]
     for s in report["searches"]:
         replays = ({True: "yes", False: "no"}.get(s.get("reproduces"), "not replayed (interrupted)")) if s["found"] else "—"
-        lines.append(f"| {s['description']} | {s.get('examples', s['max_examples'])} of {s['max_examples']} "
+        lines.append(f"| {s['description']} | {s.get('examples', s['max_examples'])} ({s['max_examples']}) "
                      f"| {search_outcome(s)} | {replays} |")
     if not report["searches"]:
         why = ("not reached" if report.get("partial") and report["exact_mode"] else

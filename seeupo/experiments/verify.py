@@ -426,6 +426,22 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
     return out
 
 
+def mark_cells(cells: list[dict[str, Any]], decreasing: list[dict[str, Any]]) -> None:
+    """Each exact cell with a counterexample in ``decreasing`` of its algorithm, setting and parameters
+    becomes ``J decreased``; its random instances' own outcome is kept in ``random_instances``."""
+    for c in cells:
+        if c["mode"] != "exact" or c.get("refused"):
+            continue
+        hits = [e for e in decreasing if (e["algorithm"], e["setting"], e["parameterization"]) ==
+                (c["row"], c["setting"], c["parameterization"])]
+        if not hits:
+            continue
+        if c["verdict"] != "J decreased":
+            c["random_instances"] = c.get("random_instances") or c["verdict"]
+            c["verdict"] = "J decreased"
+        c["counterexamples"] = sorted(set(c.get("counterexamples", [])) | {e["file"] for e in hits})
+
+
 def apply_counterexamples(report: dict[str, Any], examples: list[dict[str, Any]]) -> None:
     """Make ``report`` agree with the replaying counterexamples ``examples`` (of its algorithm rows).
 
@@ -437,17 +453,7 @@ def apply_counterexamples(report: dict[str, Any], examples: list[dict[str, Any]]
     known = {e["file"] for e in report["counterexamples"]}
     report["counterexamples"] += [e for e in examples if e["file"] not in known]
     decreasing = [e for e in report["counterexamples"] if e.get("decreases") and e.get("mode", "exact") == "exact"]
-    for c in report["cells"]:
-        if c["mode"] != "exact" or c.get("refused"):
-            continue
-        hits = [e for e in decreasing if (e["algorithm"], e["setting"], e["parameterization"]) ==
-                (c["row"], c["setting"], c["parameterization"])]
-        if not hits:
-            continue
-        if c["verdict"] != "J decreased":
-            c["random_instances"] = c.get("random_instances") or c["verdict"]
-            c["verdict"] = "J decreased"
-        c["counterexamples"] = sorted(set(c.get("counterexamples", [])) | {e["file"] for e in hits})
+    mark_cells(report["cells"], decreasing)
     for entry in report["table1"]:
         for setting in ("ST", "MT"):
             t = entry[setting]
@@ -542,6 +548,11 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         "partial": partial,
         "seconds": time.perf_counter() - start,
     }
+    # the Table 1 rows' saved counterexamples (all searched with independent parameters) decide their cells too
+    mark_cells(report["cells"], [
+        {"algorithm": row, "setting": setting, "parameterization": "independent", "file": e["file"]}
+        for (row, setting), examples in replays.items() for e in examples
+        if e["reproduces"] and e["largest_decrease"] > cfg.tol])
     if cfg.algorithms and cfg.algorithm_counterexamples and not partial:
         apply_counterexamples(report, consult_counterexamples(cfg.algorithms, cfg.algorithm_counterexamples, cfg.tol))
     report["seconds"] = time.perf_counter() - start
@@ -679,7 +690,7 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
               "(`seeupo search`) and the verdict on every claim, with the same vocabulary, are in `seeupo claims`.", ""]
     heading = {("exact",): "exact", ("sampled",): "sampled", ("exact", "sampled"): "exact and sampled"}.get(tuple(modes), "none ran")
     lines += [
-        f"## Every cell ({heading})",
+        ("### " if embedded else "## ") + f"Every cell ({heading})",
         "",
         f"*Measured*: exact mode as above; sampled mode: reaches J* | gap remains | {NO_SIGNAL}, judged on the final "
         "gap only. In sampled mode each update is estimated from B x G rollouts, so J moves with the sampling noise: "
