@@ -111,7 +111,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     json_path, md_path = write_report(report, out)
     print(markdown(report))
     print(f"Wrote {json_path} and {md_path}.")
-    return 0
+    return 130 if report.get("partial") else 0  # Ctrl-C: the cells that finished are written, marked partial
 
 
 def _check_tabular(names: list[str], flag: str) -> None:
