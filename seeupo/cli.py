@@ -25,6 +25,11 @@ Size limits (raise them explicitly with ``--max-cells``):
 
 ``seeupo replay`` reports every file, and exits with 2 if any file was bad input, else 1 if any
 recorded run did not reproduce, else 0.
+
+``seeupo check`` exits with 1 when it measured nothing (``no learning signal``, or a ``vacuous``
+bridge), with 128 + the signal's number when Ctrl-C or SIGTERM stopped it (the partial report is
+written), else 0 (``J decreased`` is a finding, not a failure). ``seeupo verify`` and ``seeupo
+search`` exit with 130 when Ctrl-C stopped them, after writing what finished.
 """
 
 from __future__ import annotations
@@ -389,7 +394,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
     if report.get("partial"):  # as the shell reports a process stopped by that signal
         return 128 + int(getattr(signal, report["partial"], signal.SIGINT))
-    return 1 if report["bridge"].get("vacuous") else 0
+    # a check that measured nothing is no pass: no learning signal, or a bridge whose warm-up failed
+    measured_nothing = report["monotonicity"]["measured"] == "no learning signal" or report["bridge"].get("vacuous")
+    return 1 if measured_nothing else 0
 
 
 def _require_llm_extra() -> None:

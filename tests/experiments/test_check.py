@@ -92,7 +92,7 @@ def test_a_zero_estimator_gets_no_learning_signal_in_verify_and_check(tmp_path):
     (tmp_path / "zero.py").write_text(ZERO)
     done = seeupo("check", "zero_grpo", "--plugin", "zero.py", "--quick", "--no-bridge", "--no-progress",
                   "--budget", "30", "--out", "out", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # measured nothing: not a pass
     assert done.stdout.startswith(f"zero_grpo: {NO_SIGNAL}; ")
     report = json.loads((tmp_path / "out/check.json").read_text())
     assert report["monotonicity"]["measured"] == NO_SIGNAL
