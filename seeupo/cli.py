@@ -91,12 +91,34 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if math.comb(levels + g - 2, g - 1) > MAX_CELLS:
         raise UsageError(f"argument --group-size: an exact GRAE batch with G = {g} and {levels} reward levels could need "
                          f"more than {MAX_CELLS} rows; lower --group-size or --reward-levels")
+    if args.algorithms:  # a broken estimator is named now, before a folder or a worker process exists
+        _check_exact_contract(args.algorithms, cfg.group_size)
+    existed = Path(args.out).exists()
     out = writable_dir(args.out, "--out")
-    report = verify(cfg, progress=None if args.no_progress else stderr_progress)
+    try:
+        report = verify(cfg, progress=None if args.no_progress else stderr_progress)
+    except InputError:  # a plugin's function broke its contract in a cell: leave no empty folder behind
+        _remove_if_empty(out, existed)
+        raise
     json_path, md_path = write_report(report, out)
     print(markdown(report))
     print(f"Wrote {json_path} and {md_path}.")
     return 0
+
+
+def _check_exact_contract(names: list[str] | tuple[str, ...], group_size: int) -> None:
+    """Call each algorithm's estimator through exact mode's contract checks (seeupo.core.contract): a function
+    that raises or breaks the boundary's checks is one line (PluginError) before any work starts."""
+    from seeupo.core.contract import exact_mode_refusal
+
+    for name in names:
+        exact_mode_refusal(PRESETS[name].replace(group_size=group_size))
+
+
+def _remove_if_empty(out: Path, existed: bool) -> None:
+    """Remove the output folder this command created, if nothing was written to it (never a file)."""
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _check_tabular(names: list[str], flag: str) -> None:
@@ -291,6 +313,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
             raise UsageError(f"argument --algorithm: unknown algorithm {args.algorithm!r}; choose from {sorted(PRESETS)} "
                              "(--plugin FILE adds the presets a plugin registers)")
         _check_tabular([args.algorithm], "--algorithm")
+        from seeupo.core.contract import exact_mode_refusal
+
+        reason = exact_mode_refusal(PRESETS[args.algorithm])  # the searches run exact mode only
+        if reason is not None:
+            raise UsageError(f"argument --algorithm: {args.algorithm}: exact: refused ({reason}); the searches run "
+                             "exact mode only (seeupo verify --algorithms runs its sampled cells)")
         if args.names:
             raise UsageError("argument names: give search names or --algorithm, not both")
         if args.update_paper_repro:
@@ -355,13 +383,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
                          "(--plugin FILE adds the presets a plugin registers)")
     _check_tabular([args.name], "name")
-    out = writable_dir(args.out or f"results/check/{args.name}", "--out")  # a file there is one line, not a traceback
-    check_output(out, args.overwrite)
     budget = QUICK if args.quick else DEFAULT
+    _check_exact_contract([args.name], budget.verify.group_size)  # a broken estimator: one line, no folder
+    out_arg = args.out or f"results/check/{args.name}"
+    existed = Path(out_arg).exists()
+    out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback
+    check_output(out, args.overwrite)
     if args.max_examples:
         budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples})
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
-    report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge, say=say)
+    try:
+        report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                       say=say)
+    except InputError:  # a plugin's function broke its contract: leave no empty folder behind
+        _remove_if_empty(out, existed)
+        raise
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
     return 0

@@ -144,12 +144,13 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
           bridge: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the three parts for ``name`` and write ``OUT/check.{json,md,png}``; returns the report."""
     from seeupo.core.config import PRESETS
-    from seeupo.core.registry import adv_estimator
+    from seeupo.core.contract import exact_mode_refusal
     from seeupo.experiments.verify import algorithm_rows, verify
 
     start = time.perf_counter()
     config = PRESETS[name]
-    exact = adv_estimator(config.advantage).exact
+    refused = exact_mode_refusal(config.replace(group_size=budget.verify.group_size))
+    exact = refused is None
     cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed)
     if not exact and "sampled" not in cfg.modes:  # the only cells it can have
         cfg = dataclasses.replace(cfg, modes=("sampled",))
@@ -160,7 +161,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         searches = run_searches(name, budget, out, seed, say)
     else:
         searches = []
-        say("[2/3] searches: skipped (the advantage estimator has no exact mode)")
+        say(f"[2/3] searches: skipped (exact: refused ({refused}))")
     if bridge:
         say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
         bridge_result = run_bridge(name, budget, out, plugins, say)
@@ -174,8 +175,9 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         "plugins": list(plugins),
         "budget": dataclasses.asdict(budget) | {"seed": seed},
         "exact_mode": exact,
+        "exact_refused": refused,
         "monotonicity": monotonicity(verify_report, searches) if exact else
-        {"measured": None, "evidence": ["no exact mode: the estimator is registered with exact=False"]},
+        {"measured": None, "evidence": [f"exact: refused ({refused})"]},
         "verify": verify_report,
         "table_row": {"advantage": row.advantage, "update": row.update, "level": row.level},
         "searches": searches,
