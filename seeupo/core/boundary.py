@@ -35,7 +35,7 @@ import operator
 import os
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -86,8 +86,8 @@ def call_estimator(
     _tensor(entry, "advantages", adv, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
             batch.logp_old.device)
     mask = batch.token_mask & batch.valid[:, None]
-    note = "" if bool(torch.isfinite(batch.traj_return[batch.valid]).all()) else " (the batch's returns are not finite either)"
-    _finite(entry, "advantages", adv, mask, note)
+    returns_bad = lambda: not bool(torch.isfinite(batch.traj_return[batch.valid]).all())  # noqa: E731
+    _finite(entry, "advantages", adv, mask, lambda: " (the batch's returns are not finite either)" if returns_bad() else "")
     return adv
 
 
@@ -197,13 +197,15 @@ def _tensor(entry: Entry, what: str, value: Any, shape: tuple[int, ...], shape_t
         _fail(entry, f"{what} on {device}", f"a tensor on {value.device}")
 
 
-def _finite(entry: Entry, what: str, value: Tensor, mask: Tensor, note: str = "", positions: str = "valid tokens") -> None:
+def _finite(entry: Entry, what: str, value: Tensor, mask: Tensor, note: Callable[[], str] = str,
+            positions: str = "valid tokens") -> None:
+    """Every ``value`` finite where ``mask``; ``note()`` (computed only on failure) adds to the message."""
     bad = mask & ~torch.isfinite(value.detach())
     if bool(bad.any()):  # one device synchronisation per call
         where = bad.nonzero()[0].tolist()
         first = ", ".join(f"{k} {i}" for k, i in zip(("row", "token"), where))
         raise PluginError(f"{label(entry)} returned non-finite {what} at {int(bad.sum())} of {int(mask.sum())} "
-                          f"{positions} (first: {first} = {float(value.detach()[tuple(where)])}){note}; "
+                          f"{positions} (first: {first} = {float(value.detach()[tuple(where)])}){note()}; "
                           f"expected finite {what}")
 
 
