@@ -7,7 +7,10 @@ entries go through the same checks. Each call checks what the core relies on:
 
 * the result's type (a ``torch.Tensor``, not a list, ``None`` or a number), shape, dtype
   (floating where the core does arithmetic with it, bool for the clip mask) and device;
-* finite values at the valid positions (real tokens of valid rows; padding may hold anything);
+* finite values at the valid positions (real tokens of valid rows; padding may hold anything),
+  unless the function's own inputs there were not finite (NaN rewards from a broken environment
+  are not the estimator's fault: the update skips such steps and the trainer stops after
+  ``optim.max_non_finite`` of them) or, for a loss, a ratio may have overflowed;
 * a policy loss's objective requires grad when ``logp_new`` does (else the step would be silently
   empty);
 * the inputs left unchanged: the batch's tensors (and the advantages given to a loss) keep their
@@ -39,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from seeupo.core.batch import SampleBatch
+from seeupo.core.batch import SampleBatch, segment_sum
 from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, MFactor, PolicyLoss, TurnOrder, shown_path
 from seeupo.validation import InputError
 
@@ -50,8 +53,8 @@ _KIND = {AdvantageEstimator: "advantage estimator", PolicyLoss: "policy loss", A
 # frames of these folders are not the user's: the toolkit, the standard library, installed packages
 _NOT_USER = tuple({os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep, 1)[0] + os.sep,
                    os.path.join(sys.base_prefix, ""), os.path.join(sys.prefix, ""), os.path.join(sys.exec_prefix, "")})
-# a policy loss is blamed for a non-finite objective only where |log pi - log pi_old| stays below this:
-# beyond it exp() of the ratio may overflow, which is the policy's drift, not the loss's bug
+# a policy loss is blamed for a non-finite objective only while every trajectory's sum of |log pi - log pi_old|
+# stays below this: beyond it exp() of a (sequence) ratio may overflow, which is the policy's drift, not the loss's bug
 _RATIO_LOG_LIMIT = 20.0
 
 
@@ -86,8 +89,13 @@ def call_estimator(
     _tensor(entry, "advantages", adv, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
             batch.logp_old.device)
     mask = batch.token_mask & batch.valid[:, None]
-    returns_bad = lambda: not bool(torch.isfinite(batch.traj_return[batch.valid]).all())  # noqa: E731
-    _finite(entry, "advantages", adv, mask, lambda: " (the batch's returns are not finite either)" if returns_bad() else "")
+
+    def inputs_not_finite() -> bool:  # then the estimator is not to blame (a broken reward: the update skips the step)
+        given = [batch.traj_return[batch.valid], batch.reward[batch.valid]]
+        given += [x[mask] for x in (critic_values, oracle) if isinstance(x, torch.Tensor) and x.shape == mask.shape]
+        return not all(bool(torch.isfinite(x).all()) for x in given)
+
+    _finite(entry, "advantages", adv, mask, excused=inputs_not_finite)
     return adv
 
 
@@ -106,11 +114,17 @@ def call_policy_loss(entry: PolicyLoss, logp_new: Tensor, batch: SampleBatch, ad
     if logp_new.requires_grad and torch.is_grad_enabled() and not objective.requires_grad:
         _fail(entry, "an objective that requires grad (logp_new does; the update differentiates it)",
               "an objective without grad (computed under no_grad, detached, or not from logp_new)")
-    with torch.no_grad():
-        mask = batch.token_mask & batch.valid[:, None]
-        log_ratio = logp_new - batch.logp_old.to(logp_new.dtype)
-        inputs_ok = torch.isfinite(log_ratio) & torch.isfinite(adv) & (log_ratio.abs() <= _RATIO_LOG_LIMIT)
-        _finite(entry, "objective", objective, mask & inputs_ok)
+    mask = batch.token_mask & batch.valid[:, None]
+
+    def inputs_excuse() -> bool:  # non-finite inputs, or a ratio that may overflow: the loss is not to blame
+        with torch.no_grad():
+            log_ratio = torch.where(mask, logp_new.detach() - batch.logp_old.to(logp_new.dtype), 0.0)
+            if not (bool(torch.isfinite(log_ratio).all()) and bool(torch.isfinite(adv[mask]).all())):
+                return True
+            per_traj = segment_sum(log_ratio.abs().sum(1).to(torch.float64), batch.traj_id, batch.num_trajectories)
+            return bool((per_traj > _RATIO_LOG_LIMIT).any())
+
+    _finite(entry, "objective", objective, mask, excused=inputs_excuse)
     if clipped is not None:
         _tensor(entry, "clipped", clipped, shape, "[n, L] = " + _shape(logp_new), logp_new.device, dtype="bool")
     return objective, clipped
@@ -197,15 +211,15 @@ def _tensor(entry: Entry, what: str, value: Any, shape: tuple[int, ...], shape_t
         _fail(entry, f"{what} on {device}", f"a tensor on {value.device}")
 
 
-def _finite(entry: Entry, what: str, value: Tensor, mask: Tensor, note: Callable[[], str] = str,
+def _finite(entry: Entry, what: str, value: Tensor, mask: Tensor, excused: Callable[[], bool] = lambda: False,
             positions: str = "valid tokens") -> None:
-    """Every ``value`` finite where ``mask``; ``note()`` (computed only on failure) adds to the message."""
+    """Every ``value`` finite where ``mask``, unless ``excused()`` (asked only on failure: the inputs were not finite)."""
     bad = mask & ~torch.isfinite(value.detach())
-    if bool(bad.any()):  # one device synchronisation per call
+    if bool(bad.any()) and not excused():  # one device synchronisation per call
         where = bad.nonzero()[0].tolist()
         first = ", ".join(f"{k} {i}" for k, i in zip(("row", "token"), where))
         raise PluginError(f"{label(entry)} returned non-finite {what} at {int(bad.sum())} of {int(mask.sum())} "
-                          f"{positions} (first: {first} = {float(value.detach()[tuple(where)])}){note()}; "
+                          f"{positions} (first: {first} = {float(value.detach()[tuple(where)])}); "
                           f"expected finite {what}")
 
 

@@ -129,32 +129,31 @@ def ppo_surrogate(logp_new: Tensor, batch: SampleBatch, adv: Tensor, cfg: Algori
     ``cfg``'s ``ratio_level``, ``ratio_scope``, ``length_norm``, ``clip_eps_low``, ``clip_eps_high``
     and ``dual_clip``.
     """
-    settings = cfg
     mask = batch.token_mask & batch.valid[:, None]
-    if settings.ratio_level == "token":
+    if cfg.ratio_level == "token":
         log_ratio = logp_new - batch.logp_old
         token_adv = adv
-    elif settings.ratio_level == "sequence":
-        if settings.ratio_scope == "turn":
-            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=settings.length_norm)
-        elif settings.ratio_scope == "trajectory":
+    elif cfg.ratio_level == "sequence":
+        if cfg.ratio_scope == "turn":
+            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=cfg.length_norm)
+        elif cfg.ratio_scope == "trajectory":
             row_log_ratio = trajectory_log_ratio(
-                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=settings.length_norm
+                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=cfg.length_norm
             )
         else:
-            raise ValueError(f"unknown ratio scope {settings.ratio_scope!r}; expected one of {get_args(RatioScope)}")
+            raise ValueError(f"unknown ratio scope {cfg.ratio_scope!r}; expected one of {get_args(RatioScope)}")
         log_ratio = row_log_ratio[:, None].expand_as(logp_new)
         # one advantage per sequence: the mean of its tokens' advantages
         row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
         token_adv = row_adv[:, None].expand_as(adv)
     else:
-        raise ValueError(f"unknown ratio level {settings.ratio_level!r}; expected one of {get_args(RatioLevel)}")
+        raise ValueError(f"unknown ratio level {cfg.ratio_level!r}; expected one of {get_args(RatioLevel)}")
     # placeholders and padding: ratio 1, no gradient
     log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
     ratio = torch.exp(log_ratio)
-    obj = clipped_surrogate(ratio, token_adv, settings.clip_eps_low, settings.clip_eps_high, settings.dual_clip)
+    obj = clipped_surrogate(ratio, token_adv, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
     with torch.no_grad():
-        clipped = (ratio < 1.0 - settings.clip_eps_low) | (ratio > 1.0 + settings.clip_eps_high)
+        clipped = (ratio < 1.0 - cfg.clip_eps_low) | (ratio > 1.0 + cfg.clip_eps_high)
     return obj, clipped
 
 

@@ -181,3 +181,14 @@ def test_registry_options_are_checked_and_builtins_know_where_they_live():
         register_policy_loss("typo", surogate=False)
     assert ADV_ESTIMATORS.get("grae").where.startswith("seeupo/core/builtins.py:")
     assert ADV_ESTIMATORS.get("grae").builtin
+
+
+def test_non_finite_inputs_are_not_the_functions_fault(make_batch):
+    # a broken reward (NaN) gives NaN advantages and a NaN objective: the update skips such steps and the trainer
+    # stops after optim.max_non_finite of them, so the boundary does not blame GRAE or the loss
+    batch = _batch(make_batch).with_updates(traj_return=torch.tensor([float("nan"), float("nan"), 0.0, 0.5, 1.0]))
+    adv = compute_advantages(batch, AlgorithmConfig(advantage="grae", group_size=2))
+    assert bool(adv[0].isnan().all())
+    logp = batch.logp_old.clone().requires_grad_(True)
+    objective, _ = policy_objective(logp, batch, adv, update="ppo")
+    assert objective.isnan()
