@@ -88,14 +88,14 @@ def call_estimator(
     _unchanged(entry, before, _versions(batch))
     _tensor(entry, "advantages", adv, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
             batch.logp_old.device)
-    mask = batch.token_mask & batch.valid[:, None]
+    valid = lambda: batch.token_mask & batch.valid[:, None]  # noqa: E731
 
     def inputs_not_finite() -> bool:  # then the estimator is not to blame (a broken reward: the update skips the step)
         given = [batch.traj_return[batch.valid], batch.reward[batch.valid]]
-        given += [x[mask] for x in (critic_values, oracle) if isinstance(x, torch.Tensor) and x.shape == mask.shape]
+        given += [x[valid()] for x in (critic_values, oracle) if isinstance(x, torch.Tensor) and x.shape == adv.shape]
         return not all(bool(torch.isfinite(x).all()) for x in given)
 
-    _finite(entry, "advantages", adv, mask, excused=inputs_not_finite)
+    _finite(entry, "advantages", adv, valid, excused=inputs_not_finite)
     return adv
 
 
@@ -114,9 +114,10 @@ def call_policy_loss(entry: PolicyLoss, logp_new: Tensor, batch: SampleBatch, ad
     if logp_new.requires_grad and torch.is_grad_enabled() and not objective.requires_grad:
         _fail(entry, "an objective that requires grad (logp_new does; the update differentiates it)",
               "an objective without grad (computed under no_grad, detached, or not from logp_new)")
-    mask = batch.token_mask & batch.valid[:, None]
+    valid = lambda: batch.token_mask & batch.valid[:, None]  # noqa: E731
 
     def inputs_excuse() -> bool:  # non-finite inputs, or a ratio that may overflow: the loss is not to blame
+        mask = valid()
         with torch.no_grad():
             log_ratio = torch.where(mask, logp_new.detach() - batch.logp_old.to(logp_new.dtype), 0.0)
             if not (bool(torch.isfinite(log_ratio).all()) and bool(torch.isfinite(adv[mask]).all())):
@@ -124,7 +125,7 @@ def call_policy_loss(entry: PolicyLoss, logp_new: Tensor, batch: SampleBatch, ad
             per_traj = segment_sum(log_ratio.abs().sum(1).to(torch.float64), batch.traj_id, batch.num_trajectories)
             return bool((per_traj > _RATIO_LOG_LIMIT).any())
 
-    _finite(entry, "objective", objective, mask, excused=inputs_excuse)
+    _finite(entry, "objective", objective, valid, excused=inputs_excuse)
     if clipped is not None:
         _tensor(entry, "clipped", clipped, shape, "[n, L] = " + _shape(logp_new), logp_new.device, dtype="bool")
     return objective, clipped
@@ -138,10 +139,9 @@ def call_aggregation(entry: Aggregation, n_tokens: Tensor, weight: Tensor) -> tu
     _unchanged(entry, before, [("n_tokens", id(n_tokens), n_tokens._version), ("weight", id(weight), weight._version)])
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         _fail(entry, "(per_row [n], den_terms [n])", _describe(out))
-    every = torch.ones(n_tokens.shape, dtype=torch.bool, device=n_tokens.device)
     for what, value in zip(("per_row", "den_terms"), out):
         _tensor(entry, what, value, tuple(n_tokens.shape), "[n] = " + _shape(n_tokens), n_tokens.device)
-        _finite(entry, what, value, every, positions="rows")
+        _finite(entry, what, value, None, positions="rows")
     return out[0], out[1]
 
 
@@ -170,7 +170,8 @@ def call_m_factor(entry: MFactor, factor: Tensor, ratio: Tensor, cfg: Any) -> Te
     out = _call(entry, factor, ratio, cfg)
     _unchanged(entry, before, [("factor", id(factor), factor._version), ("ratio", id(ratio), ratio._version)])
     _tensor(entry, "factor", out, tuple(factor.shape), "[k] = " + _shape(factor), factor.device)
-    _finite(entry, "factor", out, torch.isfinite(factor) & torch.isfinite(ratio), positions="trajectories")
+    _finite(entry, "factor", out, None, positions="trajectories",
+            excused=lambda: not (bool(torch.isfinite(factor).all()) and bool(torch.isfinite(ratio).all())))
     return out
 
 
@@ -211,16 +212,22 @@ def _tensor(entry: Entry, what: str, value: Any, shape: tuple[int, ...], shape_t
         _fail(entry, f"{what} on {device}", f"a tensor on {value.device}")
 
 
-def _finite(entry: Entry, what: str, value: Tensor, mask: Tensor, excused: Callable[[], bool] = lambda: False,
-            positions: str = "valid tokens") -> None:
-    """Every ``value`` finite where ``mask``, unless ``excused()`` (asked only on failure: the inputs were not finite)."""
-    bad = mask & ~torch.isfinite(value.detach())
-    if bool(bad.any()) and not excused():  # one device synchronisation per call
+def _finite(entry: Entry, what: str, value: Tensor, valid: Callable[[], Tensor] | None,
+            excused: Callable[[], bool] = lambda: False, positions: str = "valid tokens") -> None:
+    """Every ``value`` finite where ``valid()`` (``None``: everywhere), unless ``excused()`` (the inputs were not
+    finite); both are computed only when the fast test fails."""
+    value = value.detach()
+    # fast path: a sum is finite exactly when no term is NaN or inf (or it overflowed: then the exact test
+    # below finds nothing); a reduction is ~10x cheaper than isfinite().all() on the CPU. One device sync.
+    if bool(torch.isfinite(value.sum())):
+        return
+    mask = valid() if valid is not None else torch.ones_like(value, dtype=torch.bool)
+    bad = mask & ~torch.isfinite(value)  # padding may hold anything
+    if bool(bad.any()) and not excused():
         where = bad.nonzero()[0].tolist()
         first = ", ".join(f"{k} {i}" for k, i in zip(("row", "token"), where))
         raise PluginError(f"{label(entry)} returned non-finite {what} at {int(bad.sum())} of {int(mask.sum())} "
-                          f"{positions} (first: {first} = {float(value.detach()[tuple(where)])}); "
-                          f"expected finite {what}")
+                          f"{positions} (first: {first} = {float(value[tuple(where)])}); expected finite {what}")
 
 
 def _versions(batch: SampleBatch) -> list[tuple[str, int, int]]:
