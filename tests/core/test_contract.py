@@ -35,7 +35,6 @@ def first_in_group_baseline(batch, cfg, **_):
 def unweighted_batch_std(batch, cfg, **_):
     """The group-mean baseline over the batch's unweighted std: a batch statistic that ignores batch.weight."""
     a = group_mean_baseline(batch, cfg)
-    r, _ = _returns(batch)
     centred = per_trajectory(a[:, 0], batch)
     return a / (centred.std() + 1e-6)
 
