@@ -364,6 +364,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge, say=say)
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
+    if report["bridge"].get("vacuous"):  # a bridge that could not learn is no evidence: say so in the exit status
+        print(f"seeupo check: the bridge is vacuous: {report['bridge']['vacuous']}", file=sys.stderr)
+        return 1
     return 0
 
 
