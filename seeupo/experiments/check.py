@@ -157,6 +157,19 @@ def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ..
         import transformers  # noqa: F401
     except ImportError:
         return {"skipped": "needs the language-model extra: pip install 'seeupo[llm]'"}
+    import torch
+
+    threads = torch.get_num_threads()
+    # one thread: the tiny model's steps are too small to share, and on a busy 2-core machine two threads
+    # oversubscribe it (the quick bridge took 66 s with two threads, 6 s with one, same load)
+    torch.set_num_threads(1)
+    try:
+        return _run_bridge(name, budget, out, plugins, say)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
     from seeupo.experiments import bridge_lm
 
     start = time.perf_counter()
