@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +46,11 @@ from typing import Sequence
 
 import torch
 
+from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.update import UpdateSettings, policy_update
 from seeupo.experiments.counterexamples import Counterexample
-from seeupo.tabular.exact import evaluate
+from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import AlgorithmStep, RunConfig, build_batch, initial_policy, make_optimizer, mirror_step
@@ -115,7 +117,7 @@ class OptimizerRun:
     optimizer: str
     lr: float
     J: list[float]  # J[0] before, J[k] after step k
-    best_action_prob: list[float]  # probability of the best action (by Q*) at the first turn's first reachable history, per step
+    best_action_prob: list[float]  # P(Explanation.watched action) before and after each step
     gradient_norm: float
     slope: float
 
@@ -139,7 +141,8 @@ class Explanation:
     recorded_after: float
     actions: list[ActionRow]
     update: OptimizerRun | None  # None for the closed-form mirror step
-    plain: OptimizerRun | None  # plain gradient ascent from the same start; None if the update was plain already or a mirror step
+    # plain gradient ascent from the same start; None if the update was plain already or a mirror step
+    plain: OptimizerRun | None
     cause: str
     reasons: list[str] = field(default_factory=list)  # the numbers behind the cause, one sentence each
     watched: tuple[int, int, int] = (0, 0, 0)  # (turn, history, action) whose probability OptimizerRun traces
@@ -161,13 +164,15 @@ def history_label(problem: TreeMDP, t: int, h: int) -> str:
     return ", ".join([f"s0={h}"] + parts)
 
 
-def _row_values(batch, adv: torch.Tensor) -> torch.Tensor:
+def _row_values(batch: SampleBatch, adv: torch.Tensor) -> torch.Tensor:
     """Each row's advantage: its mean over the row's tokens (equal for sequence-level estimators)."""
     mask = batch.token_mask.to(DTYPE)
     return (adv * mask).sum(1) / mask.sum(1).clamp_min(1.0)
 
 
-def _actions(problem: TreeMDP, before: list[torch.Tensor], after: list[torch.Tensor], batch, adv: torch.Tensor) -> list[ActionRow]:
+def _actions(
+    problem: TreeMDP, before: list[torch.Tensor], after: list[torch.Tensor], batch: SampleBatch, adv: torch.Tensor
+) -> list[ActionRow]:
     """The table of every action at every history the policy before the update reaches (instance 0)."""
     ev = evaluate(problem, before)
     reach = ev.reach
@@ -215,7 +220,7 @@ def _grad_j(problem: TreeMDP, policy: TabularPolicy) -> list[torch.Tensor]:
 
 
 def _run_update(
-    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, run: RunConfig, batch, adv: torch.Tensor,
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, run: RunConfig, batch: SampleBatch, adv: torch.Tensor,
     generator: torch.Generator, optimizer: torch.optim.Optimizer, watch: tuple[int, int, int],
 ) -> OptimizerRun:
     """``policy_update`` as :class:`~seeupo.tabular.train.AlgorithmStep` runs it, measuring every step.
@@ -253,8 +258,9 @@ def _run_update(
 def _settings(example: Counterexample) -> str:
     cfg, run = example.algorithm, example.run
     clip = f"clip {cfg.clip_eps_low:g}/{cfg.clip_eps_high:g}" if cfg.update == "ppo" else cfg.update
+    minibatches = f"{cfg.minibatches} minibatch{'es' if cfg.minibatches > 1 else ''}"
     return (f"algorithm {cfg.name} (advantage {cfg.advantage}, G = {cfg.group_size}, update {cfg.update}, {clip}, "
-            f"{cfg.schedule} schedule, {cfg.aggregation}, {cfg.epochs} epochs x {cfg.minibatches} minibatch{'es' if cfg.minibatches > 1 else ''}); "
+            f"{cfg.schedule} schedule, {cfg.aggregation}, {cfg.epochs} epochs x {minibatches}); "
             f"{run.mode} mode, {run.update} update with {run.optimizer} lr {run.lr:g}, {run.parameterization} parameters")
 
 
@@ -281,8 +287,6 @@ def explain(example: Counterexample) -> Explanation:
         before = [p.detach().clone() for p in policy.action_probs()]
     batch, adv = build_batch(problem, policy, cfg, run, step.generator)
     # the action whose probability the step traces: the optimal first action at the first history
-    from seeupo.tabular.exact import optimal
-
     watch = (0, 0, int(optimal(problem).Q[0][0, 0].argmax()))
     plain = None
     if run.update == "mirror":
@@ -298,7 +302,8 @@ def explain(example: Counterexample) -> Explanation:
             twin.load_state_dict(state)
             twin_gen = torch.Generator().manual_seed(0)
             twin_gen.set_state(step.generator.get_state())
-            plain = _run_update(problem, twin, cfg, sgd, batch, adv, twin_gen, make_optimizer(twin.parameters(), sgd), watch)
+            plain = _run_update(problem, twin, cfg, sgd, batch, adv, twin_gen, make_optimizer(twin.parameters(), sgd),
+                                watch)
         update = _run_update(problem, policy, cfg, run, batch, adv, step.generator, step.optimizer, watch)
     with torch.no_grad():
         after = [p.detach().clone() for p in policy.action_probs()]
@@ -307,14 +312,19 @@ def explain(example: Counterexample) -> Explanation:
     cause, reasons = _cause(J_before, J_after, actions, update, plain)
     return Explanation(
         example.description, _settings(example), run.mode, k + 1, example.iterations, J_before, J_after,
-        example.J_star, recorded[k + 1] if len(recorded) > k + 1 else float("nan"), actions, update, plain, cause, reasons,
-        watch, history_label(problem, watch[0], watch[1]),
+        example.J_star, recorded[k + 1] if len(recorded) > k + 1 else float("nan"), actions, update, plain, cause,
+        reasons, watch, history_label(problem, watch[0], watch[1]),
     )
 
 
 def _fmt(x: float) -> str:
     """A signed number a student can read: 6 decimals, or 2 significant digits when it is tiny."""
     return f"{x:+.6f}" if x == 0 or abs(x) >= 1e-3 else f"{x:+.1e}"
+
+
+def _largest(actions: list[ActionRow]) -> float:
+    """The largest ``|E[A_hat | h, a]|`` (actions the batch never holds, of probability 0, are left out)."""
+    return max((abs(r.expected_advantage) for r in actions if math.isfinite(r.expected_advantage)), default=0.0)
 
 
 def _where(row: ActionRow) -> str:
@@ -324,7 +334,8 @@ def _where(row: ActionRow) -> str:
 def misordered(actions: list[ActionRow]) -> list[tuple[ActionRow, ActionRow]]:
     """Pairs ``(x, y)`` of actions at the same history with ``Q(x) < Q(y)`` but ``E[A_hat | x] > E[A_hat | y]``."""
     return [(x, y) for x in actions for y in actions
-            if (x.turn, x.history) == (y.turn, y.history) and x.q < y.q - FLAT and x.expected_advantage > y.expected_advantage]
+            if (x.turn, x.history) == (y.turn, y.history) and x.q < y.q - FLAT
+            and x.expected_advantage > y.expected_advantage]
 
 
 def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: OptimizerRun | None,
@@ -356,7 +367,7 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
     if plain is not None and plain.J[-1] >= J_before - FLAT:
         return "optimizer", [
             f"The expected advantages point uphill but are tiny: the largest |E[A_hat | h, a]| is "
-            f"{max(abs(r.expected_advantage) for r in actions):.1e}, and {slope} > 0.",
+            f"{_largest(actions):.1e}, and {slope} > 0.",
             f"Plain gradient ascent ({plain.steps} steps of lr {plain.lr:g} on the same surrogate, from the same start) "
             f"moves J by {plain.J[-1] - J_before:+.1e} ({J_before:.6f} -> {plain.J[-1]:.6f}; one step: "
             f"{plain.J[1] - J_before:+.1e}).",
@@ -393,13 +404,14 @@ def summary_line(explanation: Explanation) -> str:
         elif pairs:
             x, y = pairs[0]
             what = (f"at turn {x.turn} ({x.history_label}) action {x.action} (Q {x.q:.6f}) gets a larger expected "
-                    f"advantage ({_fmt(x.expected_advantage)}) than action {y.action} (Q {y.q:.6f}, {_fmt(y.expected_advantage)})")
+                    f"advantage ({_fmt(x.expected_advantage)}) than action {y.action} (Q {y.q:.6f}, "
+                    f"{_fmt(y.expected_advantage)})")
         else:
             what = "the expected advantages, weighted as the update weights them, favour the wrong actions"
         downhill = f", so the expected update lowers J (grad J . g = {e.update.slope:+.1e})" if e.update else ""
         return f"{head}; cause: the advantage's sign — {what}{downhill}."
     if e.cause == "optimizer":
-        big = max(abs(r.expected_advantage) for r in e.actions)
+        big = _largest(e.actions)
         return (f"{head}; cause: the optimizer — the expected advantages are at most {big:.1e} in size (expected "
                 f"gradient {e.update.gradient_norm:.1e}) and point uphill; plain gradient ascent moves J by "
                 f"{e.plain.J[-1] - e.J_before:+.1e}, but {e.update.optimizer}'s normalised steps of lr {e.update.lr:g} "
@@ -419,11 +431,14 @@ def render(explanation: Explanation) -> str:
     out += [f"* {r}" for r in e.reasons] + [""]
     out += ["### The instance, and the policy before and after the update", "",
             "Q and the true advantage A = Q - V are exact, under the policy before the update. "
-            "E[A_hat] is the advantage the algorithm gives the action, averaged over its outcome classes below.", "",
+            "E[A_hat] is the advantage the algorithm gives the action, averaged over its outcome classes below"
+            + (" (sampled mode: a mean over the batch's rollouts, not the expectation)." if e.mode == "sampled" else "."),
+            "",
             "| turn | history (reach) | action | outcomes: P(o) reward | Q | A = Q - V | E[A_hat] | P before | P after |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in e.actions:
-        outs = "; ".join(f"o{o.observation}: {o.probability:g}, r {o.reward:g}{'' if o.ends else ', continues'}" for o in r.outcomes)
+        outs = "; ".join(f"o{o.observation}: {o.probability:g}, r {o.reward:g}{'' if o.ends else ', continues'}"
+                         for o in r.outcomes)
         out.append(f"| {r.turn} | {r.history_label} ({r.reach:.4f}) | {r.action} | {outs} | {r.q:.6f} | "
                    f"{_fmt(r.true_advantage)} | {_fmt(r.expected_advantage)} | {r.prob_before:.6f} | {r.prob_after:.6f} |")
     out += ["", "### The advantage each outcome class received", "",
@@ -433,7 +448,8 @@ def render(explanation: Explanation) -> str:
             "| turn | history | action | return | advantage | weight |", "|---|---|---|---|---|---|"]
     for r in e.actions:
         for c in r.classes:
-            out.append(f"| {r.turn} | {r.history_label} | {r.action} | {c.trajectory_return:g} | {_fmt(c.advantage)} | {c.weight:.6f} |")
+            out.append(f"| {r.turn} | {r.history_label} | {r.action} | {c.trajectory_return:g} | {_fmt(c.advantage)} "
+                       f"| {c.weight:.6f} |")
     for name, run in (("The update as it ran", e.update), ("Plain gradient ascent from the same start", e.plain)):
         if run is None:
             continue
