@@ -57,6 +57,9 @@ from seeupo.tabular.train import AlgorithmStep, RunConfig, build_batch, initial_
 
 CAUSES = ("advantage sign", "optimizer", "step size", "no decrease")
 FLAT = 1e-12  # a change of J smaller than this is round-off, not a decrease
+VANISHING = 100.0
+"""The expected gradient counts as vanishing when the optimizer's first step is at least this many times
+longer than plain gradient ascent's (same lr): then the step's length is the optimizer's, not the gradient's."""
 
 
 @dataclass
@@ -111,7 +114,9 @@ class OptimizerRun:
 
     ``gradient_norm`` and ``slope`` are those of the first step: the norm of the expected gradient
     of the surrogate at the start, and ``grad J . g``, the first-order change of ``J`` per unit
-    step along the ascent direction ``g`` (negative: the expected update points downhill).
+    step along the ascent direction ``g`` (negative: the expected update points downhill);
+    ``first_step_length`` is the length of the parameters' first move (plain gradient ascent:
+    ``lr |g|``; Adam: about ``lr`` per parameter).
     """
 
     optimizer: str
@@ -120,6 +125,7 @@ class OptimizerRun:
     best_action_prob: list[float]  # P(Explanation.watched action) before and after each step
     gradient_norm: float
     slope: float
+    first_step_length: float
 
     @property
     def steps(self) -> int:
@@ -240,8 +246,12 @@ def _run_update(
             g = [torch.zeros_like(p) if p.grad is None else -p.grad.detach().clone() for p in params]
             first["norm"] = float(torch.sqrt(sum((x**2).sum() for x in g)))
             first["slope"] = float(sum((x * y).sum() for x, y in zip(g, grad_j)))
+            first["start"] = [p.detach().clone() for p in params]
 
     def after_step(opt, args, kwargs) -> None:
+        if "length" not in first:
+            moved = sum(((p.detach() - p0) ** 2).sum() for p, p0 in zip(params, first["start"]))
+            first["length"] = float(torch.sqrt(moved))
         J.append(_j(problem, policy))
         with torch.no_grad():
             best.append(float(policy.action_probs()[t][0, h, a]))
@@ -252,7 +262,8 @@ def _run_update(
     finally:
         for handle in handles:
             handle.remove()
-    return OptimizerRun(run.optimizer, run.lr, J, best, first.get("norm", 0.0), first.get("slope", 0.0))
+    return OptimizerRun(run.optimizer, run.lr, J, best, first.get("norm", 0.0), first.get("slope", 0.0),
+                        first.get("length", 0.0))
 
 
 def _settings(example: Counterexample) -> str:
@@ -309,7 +320,7 @@ def explain(example: Counterexample) -> Explanation:
         after = [p.detach().clone() for p in policy.action_probs()]
     J_before, J_after = float(evaluate(problem, before).J[0]), float(evaluate(problem, after).J[0])
     actions = _actions(problem, before, after, batch, adv)
-    cause, reasons = _cause(J_before, J_after, actions, update, plain)
+    cause, reasons = _cause(J_before, J_after, actions, update, plain, run.parameterization == "shared")
     return Explanation(
         example.description, _settings(example), run.mode, k + 1, example.iterations, J_before, J_after,
         example.J_star, recorded[k + 1] if len(recorded) > k + 1 else float("nan"), actions, update, plain, cause,
@@ -339,7 +350,7 @@ def misordered(actions: list[ActionRow]) -> list[tuple[ActionRow, ActionRow]]:
 
 
 def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: OptimizerRun | None,
-           plain: OptimizerRun | None) -> tuple[str, list[str]]:
+           plain: OptimizerRun | None, shared_parameters: bool = False) -> tuple[str, list[str]]:
     """The cause (one of :data:`CAUSES`) and the sentences with the numbers that show it."""
     if J_after >= J_before - FLAT:
         return "no decrease", [f"J did not fall: {J_before:.6f} -> {J_after:.6f}."]
@@ -364,21 +375,34 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
              f"grad J . g = {update.slope:+.1e}")
     if update.slope < 0:
         return "advantage sign", reasons + [f"So the expected update points downhill: {slope}."]
-    if plain is not None and plain.J[-1] >= J_before - FLAT:
+    shared = (["The parameters are shared across turns and histories: each step on one turn's rows also moves "
+               "the policy of the others."] if shared_parameters else [])
+    if plain is None:
+        return "step size", reasons + [f"The expected update points uphill ({slope} > 0).", *shared,
+                                       "The surrogate, maximised this far, leads past where J is highest."]
+    plain_line = (f"Plain gradient ascent ({plain.steps} steps of lr {plain.lr:g} on the same surrogate, from the same "
+                  f"start) moves J by {plain.J[-1] - J_before:+.1e} ({J_before:.6f} -> {plain.J[-1]:.6f}; one step: "
+                  f"{plain.J[1] - J_before:+.1e}).")
+    ratio = amplification(update, plain)
+    adam_line = (f"{update.optimizer} divides each step by the running size of the gradient, so each parameter moves by "
+                 f"about lr = {update.lr:g} per step whatever the gradient's size: its first step is {ratio:.2g} times "
+                 f"as long as plain gradient ascent's and moves J by {update.J[1] - J_before:+.1e}; its "
+                 f"{update.steps} steps end at J = {update.J[-1]:.6f} (J {_peak(update)}).")
+    if plain.J[-1] >= J_before - FLAT and ratio >= VANISHING:
         return "optimizer", [
             f"The expected advantages point uphill but are tiny: the largest |E[A_hat | h, a]| is "
-            f"{_largest(actions):.1e}, and {slope} > 0.",
-            f"Plain gradient ascent ({plain.steps} steps of lr {plain.lr:g} on the same surrogate, from the same start) "
-            f"moves J by {plain.J[-1] - J_before:+.1e} ({J_before:.6f} -> {plain.J[-1]:.6f}; one step: "
-            f"{plain.J[1] - J_before:+.1e}).",
-            f"{update.optimizer} divides each step by the running size of the gradient, so each parameter moves by "
-            f"about lr = {update.lr:g} per step whatever the gradient's size: its first step moves J by "
-            f"{update.J[1] - J_before:+.1e} and its {update.steps} steps end at J = {update.J[-1]:.6f}.",
-        ]
-    plain_note = ([f"Plain gradient ascent ({plain.steps} steps of lr {plain.lr:g}) lowers J too: "
-                   f"{J_before:.6f} -> {plain.J[-1]:.6f}."] if plain is not None else [])
-    return "step size", reasons + [f"The expected update points uphill ({slope} > 0)."] + plain_note + [
-        "The surrogate, maximised this far, leads past where J is highest."]
+            f"{_largest(actions):.1e}, and {slope} > 0.", plain_line, adam_line]
+    if plain.J[-1] >= J_before - FLAT:
+        return "step size", reasons + [
+            f"The expected update points uphill ({slope} > 0) and is not vanishing.", plain_line, adam_line, *shared,
+            f"{update.optimizer}'s steps, longer than plain gradient ascent's, go past where J is highest."]
+    return "step size", reasons + [f"The expected update points uphill ({slope} > 0).", plain_line, *shared,
+                                   "The surrogate, maximised this far, leads past where J is highest."]
+
+
+def amplification(update: OptimizerRun, plain: OptimizerRun) -> float:
+    """How many times longer the update's first step is than plain gradient ascent's (``inf`` if that is 0)."""
+    return update.first_step_length / plain.first_step_length if plain.first_step_length > 0 else math.inf
 
 
 def _peak(run: OptimizerRun) -> str:
@@ -416,9 +440,11 @@ def summary_line(explanation: Explanation) -> str:
                 f"gradient {e.update.gradient_norm:.1e}) and point uphill; plain gradient ascent moves J by "
                 f"{e.plain.J[-1] - e.J_before:+.1e}, but {e.update.optimizer}'s normalised steps of lr {e.update.lr:g} "
                 f"overshoot (J {_peak(e.update)}).")
-    return (f"{head}; cause: the step size — the expected update points uphill (grad J . g = "
-            f"{e.update.slope:+.1e}) but the update goes too far"
-            + (f" (plain gradient ascent: J -> {e.plain.J[-1]:.6f})." if e.plain else "."))
+    ratio = f"; {e.update.optimizer}'s first step is {amplification(e.update, e.plain):.2g} times as long" if (
+        e.update and e.plain) else ""
+    plain = f" (plain gradient ascent: J -> {e.plain.J[-1]:.6f}{ratio})" if e.plain else ""
+    uphill = f"the expected update points uphill (grad J . g = {e.update.slope:+.1e}) but " if e.update else ""
+    return f"{head}; cause: the step size — {uphill}the update goes past where J is highest{plain}."
 
 
 def render(explanation: Explanation) -> str:

@@ -14,7 +14,7 @@ from seeupo import plugins
 from seeupo.cli import main
 from seeupo.core.config import preset
 from seeupo.experiments.counterexamples import Case, Counterexample, record
-from seeupo.experiments.explain import explain, render, summary_line
+from seeupo.experiments.explain import VANISHING, amplification, explain, render, summary_line
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import RunConfig
 
@@ -125,6 +125,7 @@ def test_committed_dapo_counterexample_is_the_optimizer(load):
     # plain gradient ascent, same 40 steps of lr 0.2 from the same start: J rises by 2e-7
     assert f"{e.plain.J[-1] - e.J_before:.1e}" == "2.0e-07"
     assert e.plain.slope > 0 and e.update.slope > 0
+    assert amplification(e.update, e.plain) > 1e5  # Adam's first step: about lr per parameter, whatever the gradient
     # Adam's normalised steps: up first, past the surrogate's optimum, and back below the start
     assert max(e.update.J) > 0.134 and e.update.J[-1] == pytest.approx(e.J_after)
     text = render(e)
@@ -168,3 +169,14 @@ def test_replay_explain_on_the_command_line(capsys, stem, path, cause):
     assert code == 0
     assert "reproduced" in out and f"**Cause: {cause}.**" in out
     assert "| turn | history | action | return | advantage | weight |" in out
+
+
+def test_committed_seeupo_shared_counterexample_is_neither_sign_nor_vanishing_gradient():
+    """paper_repro/counterexamples/seeupo_mt_shared.json: the expected update points uphill and plain gradient ascent
+    raises J, but the gradient is not vanishing (Adam's first step only about 7 times plain ascent's): "step size"."""
+    e = explain(Counterexample.load(ROOT / "paper_repro" / "counterexamples" / "seeupo_mt_shared.json"))
+    assert e.reproduces and e.J_after < e.J_before
+    assert e.update.slope > 0 and e.plain.J[-1] > e.J_before
+    assert 1 < amplification(e.update, e.plain) < VANISHING
+    assert e.cause == "step size"
+    assert any("shared across turns" in r for r in e.reasons)
