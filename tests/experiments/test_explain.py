@@ -14,7 +14,7 @@ from seeupo import plugins
 from seeupo.cli import main
 from seeupo.core.config import preset
 from seeupo.experiments.counterexamples import Case, Counterexample, record
-from seeupo.experiments.explain import VANISHING, amplification, explain, render, summary_line
+from seeupo.experiments.explain import BEGIN, END, VANISHING, amplification, explain, render, restate, summary_line
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import RunConfig
 
@@ -180,3 +180,20 @@ def test_committed_seeupo_shared_counterexample_is_neither_sign_nor_vanishing_gr
     assert 1 < amplification(e.update, e.plain) < VANISHING
     assert e.cause == "step size"
     assert any("shared across turns" in r for r in e.reasons)
+
+
+def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(monkeypatch):
+    """The causes restated in paper_repro/algorithms/README.md and explanations.md are what the code says now."""
+    monkeypatch.chdir(ROOT)
+    plugins.forget_plugins()
+    try:
+        plugins.load_plugins([f"examples/algorithms/{stem}.py" for stem in ("dapo", "mt_grpo")], "--plugin")
+        files = sorted(str(p.relative_to(ROOT)) for p in CHECKS.glob("*/counterexamples/*.json"))
+        block, full = restate(files)
+    finally:
+        plugins.forget_plugins()
+    readme = (CHECKS / "README.md").read_text()
+    assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + block
+    assert (CHECKS / "explanations.md").read_text().endswith(full)
+    assert "dapo_st_stochastic.json`: J 0.125000 -> 0.123288; cause: the optimizer" in block
+    assert "mt_grpo_mt_stochastic.json`: J 0.279829 -> 0.278373; cause: the advantage's sign" in block
