@@ -20,13 +20,19 @@ It then names the cause, with numbers (:data:`CAUSES`):
   ``grad J . g < 0``; the evidence is an action whose expected advantage has the wrong sign
   (a worse action, ``A < 0``, with ``E[A_hat] > 0``, or the reverse) or two actions in the wrong
   order.
-* ``"optimizer"``: ``g`` points uphill (``grad J . g > 0``) and plain gradient ascent from the same
-  start does not lower ``J``, but the optimizer used (Adam) does: Adam divides each step by the
-  running size of the gradient, so a vanishing expected gradient still moves each parameter by
-  about ``lr`` per step.
-* ``"step size"``: ``g`` points uphill but plain gradient ascent lowers ``J`` too (the surrogate,
-  maximised that far, leads past where ``J`` is highest); neither of the two causes above.
-* ``"no decrease"``: ``J`` did not fall in any iteration of the file.
+* ``"optimizer"``: ``g`` points uphill (``grad J . g > 0``) but vanishes, and plain gradient ascent
+  from the same start does not lower ``J``, while the optimizer used (Adam) does: Adam divides each
+  step by the running size of the gradient, so a vanishing expected gradient still moves each
+  parameter by about ``lr`` per step. "Vanishes" is measured: the optimizer's first step is at least
+  :data:`VANISHING` times as long as plain gradient ascent's (:func:`amplification`).
+* ``"step size"``: ``g`` points uphill, but the update goes past where ``J`` is highest: plain
+  gradient ascent lowers ``J`` too, or the gradient is not vanishing and the optimizer's steps,
+  longer than plain ascent's, overshoot. Neither of the two causes above.
+* ``"no decrease"``: ``J`` did not fall in the explained iteration (nor, then, in any other).
+
+With a sequential schedule ``g`` is the gradient of the first optimizer step, on the first
+updated turn's rows only. The mirror update has no optimizer: its cause is the advantage's sign
+when some action's expected advantage is misordered, else the step size.
 
 :func:`render` writes the explanation as text (markdown). :func:`summary_line` is its one-sentence
 verdict, and :func:`restate` the verdict block of several counterexamples
@@ -276,7 +282,7 @@ def _settings(example: Counterexample) -> str:
 
 
 def explain(example: Counterexample) -> Explanation:
-    """Explain the iteration of ``example`` in which ``J`` fell most (the first iteration if it never fell).
+    """Explain the iteration of ``example`` in which ``J`` fell most (if it never fell: rose least).
 
     The iterations before it are replayed exactly as :func:`~seeupo.experiments.counterexamples.replay`
     does (one :class:`~seeupo.tabular.train.AlgorithmStep`, whose generator and optimizer state carry
@@ -454,6 +460,8 @@ def render(explanation: Explanation) -> str:
            f"Iteration {e.iteration} of {e.iterations}: J {e.J_before:.6f} -> {e.J_after:.6f} (J* = {e.J_star:.6f}; "
            f"recorded {e.recorded_after:.6f}, {'reproduced' if e.reproduces else 'NOT reproduced'}).", "",
            f"**Cause: {e.cause}.** {summary_line(e)}", ""]
+    if e.mode == "sampled":
+        out += ["Sampled mode: \"expected\" below means the mean over this iteration's batch of rollouts.", ""]
     out += [f"* {r}" for r in e.reasons] + [""]
     out += ["### The instance, and the policy before and after the update", "",
             "Q and the true advantage A = Q - V are exact, under the policy before the update. "
