@@ -278,7 +278,7 @@ def _settings(example: Counterexample) -> str:
     minibatches = f"{cfg.minibatches} minibatch{'es' if cfg.minibatches > 1 else ''}"
     return (f"algorithm {cfg.name} (advantage {cfg.advantage}, G = {cfg.group_size}, update {cfg.update}, {clip}, "
             f"{cfg.schedule} schedule, {cfg.aggregation}, {cfg.epochs} epochs x {minibatches}); "
-            f"{run.mode} mode, {run.update} update with {run.optimizer} lr {run.lr:g}, {run.parameterization} parameters")
+            f"{run.mode} mode, {run.update} update with {_name(run.optimizer)} lr {run.lr:g}, {run.parameterization} parameters")
 
 
 def explain(example: Counterexample) -> Explanation:
@@ -332,6 +332,11 @@ def explain(example: Counterexample) -> Explanation:
         example.J_star, recorded[k + 1] if len(recorded) > k + 1 else float("nan"), actions, update, plain, cause,
         reasons, watch, history_label(problem, watch[0], watch[1]),
     )
+
+
+def _name(optimizer: str) -> str:
+    """An optimizer as people write it: ``"adam"`` -> ``"Adam"``, ``"sgd"`` -> ``"SGD"``."""
+    return {"adam": "Adam", "sgd": "SGD"}.get(optimizer, optimizer)
 
 
 def _fmt(x: float) -> str:
@@ -390,7 +395,7 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
                   f"start) moves J by {plain.J[-1] - J_before:+.1e} ({J_before:.6f} -> {plain.J[-1]:.6f}; one step: "
                   f"{plain.J[1] - J_before:+.1e}).")
     ratio = amplification(update, plain)
-    adam_line = (f"{update.optimizer} divides each step by the running size of the gradient, so each parameter moves by "
+    adam_line = (f"{_name(update.optimizer)} divides each step by the running size of the gradient, so each parameter moves by "
                  f"about lr = {update.lr:g} per step whatever the gradient's size: its first step is {ratio:.2g} times "
                  f"as long as plain gradient ascent's and moves J by {update.J[1] - J_before:+.1e}; its "
                  f"{update.steps} steps end at J = {update.J[-1]:.6f} (J {_peak(update)}).")
@@ -401,7 +406,7 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
     if plain.J[-1] >= J_before - FLAT:
         return "step size", reasons + [
             f"The expected update points uphill ({slope} > 0) and is not vanishing.", plain_line, adam_line, *shared,
-            f"{update.optimizer}'s steps, longer than plain gradient ascent's, go past where J is highest."]
+            f"{_name(update.optimizer)}'s steps, longer than plain gradient ascent's, go past where J is highest."]
     return "step size", reasons + [f"The expected update points uphill ({slope} > 0).", plain_line, *shared,
                                    "The surrogate, maximised this far, leads past where J is highest."]
 
@@ -444,9 +449,9 @@ def summary_line(explanation: Explanation) -> str:
         big = _largest(e.actions)
         return (f"{head}; cause: the optimizer — the expected advantages are at most {big:.1e} in size (expected "
                 f"gradient {e.update.gradient_norm:.1e}) and point uphill; plain gradient ascent moves J by "
-                f"{e.plain.J[-1] - e.J_before:+.1e}, but {e.update.optimizer}'s normalised steps of lr {e.update.lr:g} "
+                f"{e.plain.J[-1] - e.J_before:+.1e}, but {_name(e.update.optimizer)}'s normalised steps of lr {e.update.lr:g} "
                 f"overshoot (J {_peak(e.update)}).")
-    ratio = f"; {e.update.optimizer}'s first step is {amplification(e.update, e.plain):.2g} times as long" if (
+    ratio = f"; {_name(e.update.optimizer)}'s first step is {amplification(e.update, e.plain):.2g} times as long" if (
         e.update and e.plain) else ""
     plain = f" (plain gradient ascent: J -> {e.plain.J[-1]:.6f}{ratio})" if e.plain else ""
     uphill = f"the expected update points uphill (grad J . g = {e.update.slope:+.1e}) but " if e.update else ""
@@ -487,11 +492,11 @@ def render(explanation: Explanation) -> str:
     for name, run in (("The update as it ran", e.update), ("Plain gradient ascent from the same start", e.plain)):
         if run is None:
             continue
-        out += ["", f"### {name} ({run.optimizer}, lr {run.lr:g}, {run.steps} steps)", "",
-                f"Expected gradient at the start: norm {run.gradient_norm:.1e}; grad J . g = {run.slope:+.1e}.",
-                "J after each step: " + _series(run.J, 6),
-                f"P(action {e.watched[2]} at turn {e.watched[0]}, {e.watched_label}; the optimal first action) after each "
-                f"step: " + _series(run.best_action_prob, 4)]
+        out += ["", f"### {name} ({_name(run.optimizer)}, lr {run.lr:g}, {run.steps} steps)", "",
+                f"* Expected gradient at the start: norm {run.gradient_norm:.1e}; grad J . g = {run.slope:+.1e}.",
+                "* J at the start and after each step: " + _series(run.J, 6),
+                f"* P(action {e.watched[2]} at turn {e.watched[0]}, {e.watched_label}; the optimal first action) at the "
+                f"start and after each step: " + _series(run.best_action_prob, 4)]
     return "\n".join(out) + "\n"
 
 
