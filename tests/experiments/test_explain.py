@@ -4,7 +4,6 @@ committed DAPO and MT-GRPO counterexamples (paper_repro/algorithms), and ``seeup
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,20 +23,6 @@ CHECKS = ROOT / "paper_repro" / "algorithms"
 DAPO = CHECKS / "dapo" / "counterexamples" / "dapo_st_stochastic.json"
 MT_GRPO = CHECKS / "mt_grpo" / "counterexamples" / "mt_grpo_mt_stochastic.json"
 EPS = 1e-6  # the std constant of GRPO and of the plugins
-
-
-@pytest.fixture
-def load():
-    """Load an example plugin and return its module; afterwards unregister what it registered."""
-    plugins.forget_plugins()
-
-    def _load(stem: str):
-        path = ALGORITHMS / f"{stem}.py"
-        plugins.load_plugin(str(path))
-        return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path.resolve()))
-
-    yield _load
-    plugins.forget_plugins()
 
 
 def one_turn_bandit() -> TreeMDP:
