@@ -7,7 +7,7 @@
     seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
     seeupo check NAME [--plugin FILE]      one algorithm end to end: verify cells, searches, a bridge run; a report
-    seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
+    seeupo replay FILE... [--explain]      recompute counterexample files, fail if they do not reproduce; why J fell
     seeupo figures [NAMES] [--quick]       regenerate the figures (figures/NAME.png and its data, NAME.json)
 
 Bad input (a malformed file, an out-of-range flag, an unwritable ``--out``) gives one line on
@@ -286,6 +286,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             failed += 1
             rec = " -> ".join(f"{x:.9f}" for x in result.recorded)
             print(f"{path}: DOES NOT REPRODUCE: recorded J {rec}, recomputed {j} (max difference {result.max_abs_diff:.3e})")
+        if args.explain:  # why J fell, step by step (seeupo.experiments.explain)
+            from seeupo.experiments.explain import explain, render
+
+            print("\n" + render(explain(example)))
     return 2 if bad else 1 if failed else 0
 
 
@@ -400,6 +404,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
+    if report["bridge"].get("vacuous"):  # a bridge that could not learn is no evidence: say so in the exit status
+        print(f"seeupo check: the bridge is vacuous: {report['bridge']['vacuous']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -602,6 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "file was bad input, else 1 if any recorded J did not reproduce, else 0.")
     p.add_argument("files", nargs="+", help="counterexample JSON files")
     p.add_argument("--atol", type=nonnegative_float, default=1e-8, help="tolerance on each J, >= 0 (default 1e-8)")
+    p.add_argument("--explain", action="store_true",
+                   help="also explain each file: the instance, the advantages, the update, and why J fell")
     _plugin_option(p)
     p.set_defaults(func=_cmd_replay)
 

@@ -10,7 +10,9 @@ For a registered algorithm (a preset, built in or registered by a plugin) it run
    under ``OUT/counterexamples/`` with the plugins' hashes, and replayed before it is reported;
 3. **bridge**: a short run of the language-model trainer on the 2-turn bridge problem
    (:mod:`seeupo.experiments.bridge_lm`), the tiny random Qwen3 for a few seeds, with the model's
-   exact ``J`` after every step (needs the ``llm`` extra; skipped with the reason otherwise);
+   exact ``J`` after every step, beside the built-in ``grpo`` and ``seeupo`` on the same seeds,
+   warm-up and steps (:func:`run_bridge`; needs the ``llm`` extra; skipped with the reason
+   otherwise). A warm-up that leaves the model answering out of format makes it *vacuous*;
 
 and writes ``OUT/check.md`` (a report to paste), ``OUT/check.json`` (everything measured) and
 ``OUT/check.png`` (exact ``J`` per iteration on the toy problems and per step on the bridge).
@@ -43,8 +45,20 @@ class CheckBudget:
 
     verify: the verification cells' size (its ``algorithms`` and ``plugins`` are filled in).
     max_examples: cases per search (hypothesis examples, shrinking not counted).
-    bridge_steps, bridge_seeds, bridge_warmup: the bridge run: training steps, seeds, and format
-      warm-up steps before step 0 (as :func:`seeupo.experiments.bridge_lm.full_sweep`'s tiny model).
+    bridge_steps, bridge_seeds, bridge_lr: the bridge run's training steps, seeds and learning rate
+      (the same for the algorithm and for :data:`BRIDGE_BASELINES`).
+    bridge_warmup: the cap on the format warm-up's steps (at ``bridge_warmup_lr``); the warm-up stops
+      as soon as the exact probability of a valid first answer is at least ``bridge_warmup_target``
+      (measured every 5 steps); below it after the cap, the bridge is vacuous.
+    bridge_tasks_per_step, bridge_group_size: rollouts per step (tasks x group).
+
+    The bridge's settings were chosen by measurement (tiny Qwen3, problem
+    :data:`seeupo.experiments.bridge_lm.BRIDGE`, seeds 0-2): the warm-up at lr 3e-3 passes 0.9 after
+    25 steps (P = 0.93, 0.93, 0.94); then at lr 1e-3 with 4 x 4 rollouts ``grpo`` raises the exact
+    ``J`` by 0.22-0.26 in 3 steps and 0.33-0.39 in 5, ``seeupo`` by 0.16-0.24 in 3 and 0.32-0.42
+    in 5, with no collapse (at lr 3e-3 and 8 x 8, ``seeupo`` fell to J = 0 in 2 of 3 seeds).
+    Wall time of the bridge on a shared 2-core machine (load 3-4): 9 s quick, 20-23 s default
+    (three algorithms x three seeds x five steps, model loading and warm-ups included).
     """
 
     verify: VerifyConfig
@@ -52,12 +66,25 @@ class CheckBudget:
     bridge_steps: int
     bridge_seeds: tuple[int, ...]
     bridge_warmup: int
+    bridge_lr: float = 1e-3
+    bridge_warmup_lr: float = 3e-3
+    bridge_warmup_target: float = 0.9
+    bridge_tasks_per_step: int = 4
+    bridge_group_size: int = 4
 
 
 DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
-                      bridge_steps=8, bridge_seeds=(0, 1, 2), bridge_warmup=40)
+                      bridge_steps=5, bridge_seeds=(0, 1, 2), bridge_warmup=100)
 QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
-                    bridge_steps=2, bridge_seeds=(0,), bridge_warmup=5)
+                    bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100)
+
+#: The built-in algorithms run beside the checked one on the bridge, on the same settings.
+BRIDGE_BASELINES = ("grpo", "seeupo")
+#: A mean change of the exact ``J`` over the bridge's steps smaller than this leaves ``J`` where it
+#: was. ``J`` is exact up to float32 scoring (~1e-6), and an update without signal (an estimator
+#: of zeros) moves it by exactly 0; the built-ins raise it by >= 0.16 in the quick setting, so
+#: 0.01 separates "learns" from "does not" with an order of magnitude to spare on each side.
+BRIDGE_TOLERANCE = 0.01
 
 
 def check_output(out: Path, overwrite: bool) -> None:
@@ -106,21 +133,114 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
 
 
 def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
-    """A short language-model run on the bridge with exact ``J`` per step, or why it was skipped."""
+    """The bridge part of ``check``: ``name`` and :data:`BRIDGE_BASELINES` on the bridge, exact ``J`` per step.
+
+    First the format warm-up of each seed (shared by every algorithm of the seed); if it leaves
+    the exact probability of a valid first answer below ``budget.bridge_warmup_target`` for some
+    seed, no algorithm can learn there (almost every return is 0) and the bridge is *vacuous*:
+    nothing is trained. Otherwise ``name`` and each baseline train ``budget.bridge_steps`` steps
+    from the same warmed weights with the same seeds, and each gets words for what it did to ``J``
+    (:func:`learning`). Also vacuous: no baseline raised ``J`` (the settings give no signal).
+
+    Returns, or ``{"skipped": why}`` without the ``llm`` extra:
+
+    * ``algorithm``: ``name``; ``baselines_run``: the baselines trained (those other than ``name``);
+    * ``warmup``: ``{"threshold", "max_steps", "lr", "p_valid" (the lowest over seeds), "steps"
+      (the most over seeds), "seeds": [{"seed", "steps", "p_valid", "loglik"}, ...]}``;
+    * ``vacuous``: ``None``, or the reason in words (the probability reached);
+    * ``tolerance``: :data:`BRIDGE_TOLERANCE`;
+    * ``learning``: per algorithm run, :func:`learning`'s numbers and words;
+    * ``summary``: one sentence on ``name`` beside the baselines;
+    * ``row``, ``runs``: ``name``'s table row and per-seed runs (:func:`seeupo.experiments.bridge_lm.build_tables`);
+      ``baselines``: ``{preset: {"row": ..., "runs": [...]}}``; ``settings``: the sweep's settings;
+    * ``seconds``: the bridge's wall time.
+    """
     try:
         import transformers  # noqa: F401
     except ImportError:
         return {"skipped": "needs the language-model extra: pip install 'seeupo[llm]'"}
+    import torch
+
+    threads = torch.get_num_threads()
+    # one thread: the tiny model's steps are too small to share, and on a busy 2-core machine two threads
+    # oversubscribe it (the quick bridge took 66 s with two threads, 6-9 s with one, same load)
+    torch.set_num_threads(1)
+    try:
+        return _run_bridge(name, budget, out, plugins, say)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
     from seeupo.experiments import bridge_lm
 
-    model = bridge_lm.ModelSetting("tiny-qwen3", lr=3e-3, warmup_steps=budget.bridge_warmup, warmup_lr=3e-3,
-                                   steps=budget.bridge_steps, seeds=budget.bridge_seeds)
-    sweep = bridge_lm.Sweep(models=(model,), presets=(name,), seeupo_variants=(), plugins=plugins)
+    start = time.perf_counter()
+    model = bridge_lm.ModelSetting("tiny-qwen3", lr=budget.bridge_lr, warmup_steps=budget.bridge_warmup,
+                                   warmup_lr=budget.bridge_warmup_lr, warmup_target=budget.bridge_warmup_target,
+                                   steps=budget.bridge_steps, seeds=budget.bridge_seeds,
+                                   tasks_per_step=budget.bridge_tasks_per_step, group_size=budget.bridge_group_size)
+    baselines = tuple(b for b in BRIDGE_BASELINES if b != name)
+    sweep = bridge_lm.Sweep(models=(model,), presets=(name, *baselines), seeupo_variants=(), plugins=plugins)
+    result: dict[str, Any] = {"algorithm": name, "baselines_run": list(baselines), "tolerance": BRIDGE_TOLERANCE}
+
+    seeds = [bridge_lm.warmup_result(bridge_lm.RunSpec(model, name, "", seed), sweep) for seed in model.seeds]
+    worst = min(seeds, key=lambda w: w["p_valid"])
+    result["warmup"] = {"threshold": budget.bridge_warmup_target, "max_steps": budget.bridge_warmup,
+                        "lr": budget.bridge_warmup_lr, "p_valid": worst["p_valid"],
+                        "steps": max(w["steps"] for w in seeds), "seeds": seeds}
+    say("bridge warm-up: P(valid first answer) " + ", ".join(f"{w['p_valid']:.3f} (seed {w['seed']}, {w['steps']} steps)"
+                                                              for w in seeds) + f"; target {budget.bridge_warmup_target:g}")
+    if worst["p_valid"] < budget.bridge_warmup_target:
+        result["vacuous"] = (f"the format warm-up reached P(valid first answer) = {worst['p_valid']:.4f} (seed {worst['seed']}, "
+                             f"{worst['steps']} of at most {budget.bridge_warmup} steps), below {budget.bridge_warmup_target:g}: "
+                             "almost every answer is invalid and scores 0, so no algorithm gets a learning signal")
+        result |= {"learning": {}, "summary": "not trained: " + result["vacuous"], "row": None, "runs": [], "baselines": {},
+                   "settings": None, "seconds": time.perf_counter() - start}
+        say(f"bridge: vacuous ({result['vacuous']})")
+        return result
+
     folder = out / "bridge"
     for spec in bridge_lm.runs_of(sweep):
         bridge_lm.run_one(spec, sweep, folder, log=say)
     tables = bridge_lm.build_tables(sweep, folder)
-    return {"settings": tables["settings"], "runs": tables["runs"], "row": tables["rows"][0] if tables["rows"] else None}
+    rows = {r["preset"]: r for r in tables["rows"]}
+    runs = {p: [r for r in tables["runs"] if r["preset"] == p] for p in sweep.presets}
+    result["learning"] = {p: learning(runs[p]) for p in sweep.presets}
+    result["vacuous"] = None
+    base_moved = [p for p in BRIDGE_BASELINES if result["learning"][p]["moved"] == "raised"]
+    if not base_moved:
+        result["vacuous"] = ("the built-in " + " and ".join(BRIDGE_BASELINES) + " did not raise J either ("
+                             + "; ".join(f"{p}: {result['learning'][p]['words']}" for p in BRIDGE_BASELINES)
+                             + "): these bridge settings give no learning signal")
+    mine = result["learning"][name]
+    others = "; ".join(f"{p} {result['learning'][p]['words']}" for p in BRIDGE_BASELINES if p != name)
+    result["summary"] = f"{name} {mine['words']}" + (f" (same seeds, warm-up and steps: {others})" if others else "")
+    result |= {"settings": tables["settings"], "row": rows.get(name), "runs": runs[name],
+               "baselines": {p: {"row": rows.get(p), "runs": runs[p]} for p in baselines},
+               "seconds": time.perf_counter() - start}
+    say(f"bridge: {result['summary']}" + (f"; vacuous: {result['vacuous']}" if result["vacuous"] else ""))
+    return result
+
+
+def learning(runs: list[dict[str, Any]], tolerance: float = BRIDGE_TOLERANCE) -> dict[str, Any]:
+    """What one algorithm's bridge runs did to the exact ``J``: ``raised``, ``lowered`` or ``unchanged``.
+
+    The change is ``J_final - J_initial`` per seed, averaged over seeds; within ``tolerance`` of 0
+    ``J`` was left where it was (:data:`BRIDGE_TOLERANCE` says why 0.01).
+    """
+    changes = [r["J_final"] - r["J_initial"] for r in runs]
+    j0 = sum(r["J_initial"] for r in runs) / len(runs)
+    j1 = sum(r["J_final"] for r in runs) / len(runs)
+    change = j1 - j0
+    per_seed = ", ".join(f"{c:+.4f}" for c in changes)
+    if abs(change) < tolerance:
+        moved, words = "unchanged", (f"left J where it was: {j0:.4f} -> {j1:.4f} (change {change:+.4f}, within "
+                                     f"{tolerance:g}; per seed {per_seed})")
+    else:
+        moved = "raised" if change > 0 else "lowered"
+        words = f"{moved} J from {j0:.4f} to {j1:.4f} (change {change:+.4f}; per seed {per_seed})"
+    return {"J_initial_mean": j0, "J_final_mean": j1, "change_mean": change, "change_per_seed": changes,
+            "moved": moved, "words": words}
 
 
 def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,15 +327,7 @@ def markdown(report: dict[str, Any]) -> str:
     if exact_cells:
         lines += ["", "Convergence on random token bandits (exact): " + "; ".join(
             f"{c['setting']} {c['parameterization']}: {c['verdict']} (final gap max {c['max_final_gap']:.1e})" for c in exact_cells) + "."]
-    bridge = report["bridge"]
-    if bridge.get("row"):
-        b = bridge["row"]
-        lines += ["", f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps): "
-                  f"J {b['J_initial_mean']:.4f} -> {b['J_final_mean']:.4f} (J* {b['J_star']:.4f}); "
-                  f"{b['decreases_total']} of {b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}). "
-                  "Sampled updates: decreases there are expected noise, not violations."]
-    else:
-        lines += ["", f"Bridge: skipped ({bridge.get('skipped', 'no complete run')})."]
+    lines += ["", *bridge_markdown(report["bridge"])]
     lines += ["", "## Searches", "", "| Search | Cases | Found | J | Replays |", "|---|---|---|---|---|"]
     for s in report["searches"]:
         j = f"{s['J'][0]:.6f} -> {s['J'][-1]:.6f}" if s["found"] else "—"
@@ -232,6 +344,25 @@ def markdown(report: dict[str, Any]) -> str:
     body = verify_markdown(report["verify"]).split("\n", 1)[1]
     lines += ["## Verify cells", body, f"Total time: {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def bridge_markdown(bridge: dict[str, Any]) -> list[str]:
+    """The bridge's paragraph of check.md: the warm-up reached, then vacuous (why) or each algorithm's change of ``J``."""
+    if "skipped" in bridge:
+        return [f"Bridge: skipped ({bridge['skipped']})."]
+    w = bridge["warmup"]
+    warm = (f"format warm-up: P(valid first answer) {w['p_valid']:.3f} (lowest over seeds) after at most {w['steps']} "
+            f"steps, target {w['threshold']:g}")
+    if bridge["vacuous"] and bridge["row"] is None:
+        return [f"Bridge (tiny-qwen3): **vacuous**: {bridge['vacuous']}."]
+    b = bridge["row"]
+    lines = [f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps at lr "
+             f"{b['lr']:g}; {warm}): {bridge['summary']}. J* {b['J_star']:.4f}; {b['decreases_total']} of "
+             f"{b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}); sampled updates: "
+             "decreases there are expected noise, not violations."]
+    if bridge["vacuous"]:
+        lines += ["", f"The bridge is **vacuous**: {bridge['vacuous']}."]
+    return lines
 
 
 def figure(report: dict[str, Any], path: Path) -> None:
@@ -252,6 +383,10 @@ def figure(report: dict[str, Any], path: Path) -> None:
     runs = report["bridge"].get("runs") or []
     for r in runs:
         ax2.plot(r["J"], marker=".", label=f"seed {r['seed']}")
+    for preset, base in (report["bridge"].get("baselines") or {}).items():  # the built-ins, same seeds and settings
+        for k, r in enumerate(base["runs"]):
+            ax2.plot(r["J"], ls="--", lw=0.8, color="C7" if preset == "grpo" else "C9",
+                     label=f"{preset} (built-in)" if k == 0 else None)
     if runs:
         ax2.axhline(runs[0]["J_star"], color="k", ls=":", lw=0.8, label="J*")
         ax2.legend(fontsize=8)
