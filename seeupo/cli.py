@@ -7,7 +7,7 @@
     seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
     seeupo check NAME [--plugin FILE]      one algorithm end to end: verify cells, searches, a bridge run; a report
-    seeupo replay FILE...                  recompute counterexample files, fail if they do not reproduce
+    seeupo replay FILE... [--explain]      recompute counterexample files, fail if they do not reproduce; why J fell
     seeupo figures [NAMES] [--quick]       regenerate the figures (figures/NAME.png and its data, NAME.json)
 
 Bad input (a malformed file, an out-of-range flag, an unwritable ``--out``) gives one line on
@@ -111,12 +111,34 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if math.comb(levels + g - 2, g - 1) > MAX_CELLS:
         raise UsageError(f"argument --group-size: an exact GRAE batch with G = {g} and {levels} reward levels could need "
                          f"more than {MAX_CELLS} rows; lower --group-size or --reward-levels")
+    if args.algorithms:  # a broken estimator is named now, before a folder or a worker process exists
+        _check_exact_contract(args.algorithms, cfg.group_size)
+    existed = Path(args.out).exists()
     out = writable_dir(args.out, "--out")
-    report = verify(cfg, progress=None if args.no_progress else stderr_progress)
+    try:
+        report = verify(cfg, progress=None if args.no_progress else stderr_progress)
+    except InputError:  # a plugin's function broke its contract in a cell: leave no empty folder behind
+        _remove_if_empty(out, existed)
+        raise
     json_path, md_path = write_report(report, out)
     print(markdown(report))
     print(f"Wrote {json_path} and {md_path}.")
     return 130 if report.get("partial") else 0  # Ctrl-C: the cells that finished are written, marked partial
+
+
+def _check_exact_contract(names: list[str] | tuple[str, ...], group_size: int) -> None:
+    """Call each algorithm's estimator through exact mode's contract checks (seeupo.core.contract): a function
+    that raises or breaks the boundary's checks is one line (PluginError) before any work starts."""
+    from seeupo.core.contract import exact_mode_refusal
+
+    for name in names:
+        exact_mode_refusal(PRESETS[name].replace(group_size=group_size))
+
+
+def _remove_if_empty(out: Path, existed: bool) -> None:
+    """Remove the output folder this command created, if nothing was written to it (never a file)."""
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _check_tabular(names: list[str], flag: str) -> None:
@@ -284,6 +306,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             failed += 1
             rec = " -> ".join(f"{x:.9f}" for x in result.recorded)
             print(f"{path}: DOES NOT REPRODUCE: recorded J {rec}, recomputed {j} (max difference {result.max_abs_diff:.3e})")
+        if args.explain:  # why J fell, step by step (seeupo.experiments.explain)
+            from seeupo.experiments.explain import explain, render
+
+            print("\n" + render(explain(example)))
     return 2 if bad else 1 if failed else 0
 
 
@@ -311,6 +337,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
             raise UsageError(f"argument --algorithm: unknown algorithm {args.algorithm!r}; choose from {sorted(PRESETS)} "
                              "(--plugin FILE adds the presets a plugin registers)")
         _check_tabular([args.algorithm], "--algorithm")
+        from seeupo.core.contract import exact_mode_refusal
+
+        reason = exact_mode_refusal(PRESETS[args.algorithm])  # the searches run exact mode only
+        if reason is not None:
+            raise UsageError(f"argument --algorithm: {args.algorithm}: exact: refused ({reason}); the searches run "
+                             "exact mode only (seeupo verify --algorithms runs its sampled cells)")
         if args.names:
             raise UsageError("argument names: give search names or --algorithm, not both")
         if args.update_paper_repro:
@@ -380,23 +412,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
                          "(--plugin FILE adds the presets a plugin registers)")
     _check_tabular([args.name], "name")
-    out = writable_dir(args.out or str(CHECK_DIR / args.name), "--out")  # a file there is one line, not a traceback
+    budget = QUICK if args.quick else DEFAULT
+    _check_exact_contract([args.name], budget.verify.group_size)  # a broken estimator: one line, no folder
+    out_arg = args.out or str(CHECK_DIR / args.name)
+    existed = Path(out_arg).exists()
+    out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
     moved = prepare_output(out, args.overwrite, lambda m: print(m, file=sys.stderr, flush=True))  # said even with --no-progress
-    budget = QUICK if args.quick else DEFAULT
     if args.max_examples:  # the cases asked for, not fewer to fit the default budget (an explicit --budget still fits)
         budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples, "seconds": None})
     if args.budget is not None:
         budget = budget.__class__(**{**budget.__dict__, "seconds": args.budget})
-    report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
-                   say=say, moved_aside=moved)
+    try:
+        report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                       say=say, moved_aside=moved)
+    except InputError:  # a plugin's function broke its contract: leave no empty folder behind
+        _remove_if_empty(out, existed)
+        raise
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
     if report.get("partial"):  # as the shell reports a process stopped by that signal
         return 128 + int(getattr(signal, report["partial"], signal.SIGINT))
-    # a check that measured nothing is no pass: no learning signal, or a bridge whose warm-up failed
-    measured_nothing = report["monotonicity"]["measured"] == "no learning signal" or report["bridge"].get("vacuous")
-    return 1 if measured_nothing else 0
+    if report["bridge"].get("vacuous"):  # a bridge that could not learn is no evidence: say so in the exit status
+        print(f"seeupo check: the bridge is vacuous: {report['bridge']['vacuous']}", file=sys.stderr)
+        return 1
+    # a check that measured nothing is no pass either
+    return 1 if report["monotonicity"]["measured"] == "no learning signal" else 0
 
 
 def _require_llm_extra() -> None:
@@ -602,6 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "file was bad input, else 1 if any recorded J did not reproduce, else 0.")
     p.add_argument("files", nargs="+", help="counterexample JSON files")
     p.add_argument("--atol", type=nonnegative_float, default=1e-8, help="tolerance on each J, >= 0 (default 1e-8)")
+    p.add_argument("--explain", action="store_true",
+                   help="also explain each file: the instance, the advantages, the update, and why J fell")
     _plugin_option(p)
     p.set_defaults(func=_cmd_replay)
 

@@ -318,3 +318,125 @@ def test_search_and_check_refuse_to_replace_an_earlier_run_and_a_file_as_out(tmp
     (tmp_path / "file").write_text("x")
     assert main(["check", "seeupo", "--quick", "--no-bridge", "--out", str(tmp_path / "file")]) == 2
     assert "is not a folder" in _one_line_error(capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# broken plugins: one line naming the function and where it was registered, exit 2, no folder left
+# ---------------------------------------------------------------------------------------------
+
+BROKEN = '''import torch
+from seeupo.core.advantages import broadcast_to_tokens
+from seeupo.core.batch import per_trajectory, segment_sum
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est, register_policy_loss
+
+
+@register_adv_est("user_adv", needs_group_stats=True)
+def user_adv(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+    """GRPO's centred return, broken below on purpose."""
+    r, g = per_trajectory(batch.traj_return, batch), per_trajectory(batch.group_id, batch)
+    mean = segment_sum(r, g, batch.num_groups) / cfg.group_size
+    good = broadcast_to_tokens((r - mean[g])[batch.traj_id], batch)
+{body}
+
+
+@register_policy_loss("user_loss", surrogate=False)
+def user_loss(logp_new, batch, adv, cfg):
+    """REINFORCE, broken below on purpose."""
+{loss}
+
+
+register_preset(preset("rloo", name="user_algo", advantage="user_adv", update="user_loss"))
+'''
+GOOD_ADV, GOOD_LOSS = "    return good", "    return logp_new * adv, None"
+# the broken plugins of issue 23's table: (estimator body, loss body) -> the one line (after "error: ")
+BROKEN_CASES = {
+    "nan": ("    return broadcast_to_tokens(((r - r.mean()) / (r - r))[batch.traj_id], batch)", GOOD_LOSS,
+            "advantage estimator 'user_adv' ({file}:8) returned non-finite advantages at "),
+    "n_traj": ("    return r - mean[g]", GOOD_LOSS,
+               "advantage estimator 'user_adv' ({file}:8): expected advantages of shape [n, L] = [32, 2], got shape [16]"),
+    "list": ("    return good.tolist()", GOOD_LOSS,
+             "advantage estimator 'user_adv' ({file}:8): expected advantages as a torch.Tensor [n, L] = [32, 2], got a list of 32"),
+    "none": ("    return None", GOOD_LOSS,
+             "advantage estimator 'user_adv' ({file}:8): expected advantages as a torch.Tensor [n, L] = [32, 2], got None"),
+    "int": ("    return good.round().long()", GOOD_LOSS,
+            "advantage estimator 'user_adv' ({file}:8): expected advantages of a floating dtype, got dtype torch.int64"),
+    "mutate": ("    batch.traj_return.mul_(2.0)\n    return good", GOOD_LOSS,
+               "advantage estimator 'user_adv' ({file}:8): expected its inputs left unchanged, got changed in place: "
+               "batch.traj_return"),
+    "raise": ("    return {{}}['missing']", GOOD_LOSS,
+              "advantage estimator 'user_adv' ({file}:8) raised KeyError: 'missing' (at {file}:14 in user_adv)"),
+    "no_grad": (GOOD_ADV, "    return (logp_new * adv).detach(), None",
+                "policy loss 'user_loss' ({file}:17): expected an objective that requires grad (logp_new does; the "
+                "update differentiates it), got an objective without grad"),
+}
+
+
+def _broken_plugin(tmp_path, case: str):
+    body, loss, _ = BROKEN_CASES[case]
+    plugin = tmp_path / f"broken_{case}.py"
+    plugin.write_text(BROKEN.format(body=body.replace("{{}}", "{}"), loss=loss))
+    return plugin
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_CASES))
+def test_a_broken_plugin_is_one_line_in_check_with_no_folder_left(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the line names the plugin relative to the working directory
+    plugin = _broken_plugin(tmp_path, case)
+    out = tmp_path / "check"
+    assert main(["check", "user_algo", "--quick", "--no-bridge", "--no-progress", "--plugin", plugin.name,
+                 "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith("seeupo check: error: " + BROKEN_CASES[case][2].format(file=plugin.name)), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["n_traj", "no_grad"])
+def test_a_broken_plugin_is_one_line_from_verify_worker_processes(case, tmp_path):
+    # a real process: the estimator is named by the contract check before any worker starts; the loss is
+    # called in the spawned workers' cells, and its line must reach the parent, with no traceback anywhere
+    plugin = _broken_plugin(tmp_path, case)
+    out = tmp_path / "verify"
+    proc = subprocess.run([sys.executable, "-m", "seeupo", "verify", "--algorithms", "user_algo", "--plugin", plugin.name,
+                           "--quick", "--instances", "2", "--iterations", "2", "--workers", "2", "--no-progress",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("seeupo verify: error: " + BROKEN_CASES[case][2].format(file=plugin.name)), lines[0]
+    assert not out.exists()
+
+
+def test_a_position_dependent_estimator_is_refused_for_exact_mode_and_runs_sampled(tmp_path, capsys):
+    import json
+
+    plugin = tmp_path / "first.py"
+    plugin.write_text(BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
+                                         "torch.arange(r.numel()), 'amin')\n"
+                                         "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)",
+                                    loss=GOOD_LOSS))
+    out = tmp_path / "check"
+    assert main(["check", "user_algo", "--quick", "--no-bridge", "--no-progress", "--plugin", str(plugin),
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "check.json").read_text())
+    assert report["exact_refused"] == "not symmetric in its group"
+    assert report["monotonicity"]["evidence"] == ["exact: refused (not symmetric in its group)"]
+    assert report["verify"]["exact_refused"] == {"user_algo": "not symmetric in its group"}
+    assert report["verify"]["table1"][0]["MT"]["measured"] == "exact: refused (not symmetric in its group)"
+    assert {c["mode"] for c in report["verify"]["cells"]} == {"sampled"}  # the sampled cells still ran
+    assert "exact: refused (not symmetric in its group)" in (out / "check.md").read_text()
+    capsys.readouterr()
+    # the searches run exact mode only: refused in one line
+    assert main(["search", "--algorithm", "user_algo", "--out", str(tmp_path / "search")]) == 2
+    assert "argument --algorithm: user_algo: exact: refused (not symmetric in its group)" in _one_line_error(capsys)
+
+
+def test_register_preset_with_a_builtin_name_and_other_settings_is_one_line(tmp_path, capsys):
+    plugin = tmp_path / "clash_preset.py"
+    plugin.write_text("from seeupo.core.config import preset, register_preset\n"
+                      "register_preset(preset('grpo', name='grpo', grae_scale='none'))\n")
+    out = tmp_path / "verify"
+    assert main(["verify", "--algorithms", "grpo", "--plugin", str(plugin), "--quick", "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert "argument --plugin" in err and "name 'grpo' is the name of a preset whose grae_scale differ" in err
+    assert not out.exists()

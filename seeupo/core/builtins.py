@@ -1,34 +1,26 @@
-"""The paper's choices as registry entries (:mod:`seeupo.core.registry`).
+"""The paper's choices, as the registry's entries (:mod:`seeupo.core.registry`).
 
 Each entry is a thin adapter from the registry's signature to the implementation in
 :mod:`seeupo.core.advantages` / :mod:`seeupo.core.losses`, or a few lines of its own (turn
 orders, ``M`` factors); the adapters import torch when called, so that registering (and
-validating a configuration) stays light.
+validating a configuration) stays light. This module imports nothing of the toolkit: the tables
+at its end name each function and its entry options, and :mod:`seeupo.core.registry` registers
+them before any other entry (a plugin writes the same with the ``register_*`` decorators).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from seeupo.core.registry import (
-    LossSettings,
-    register_adv_est,
-    register_aggregation,
-    register_m_factor,
-    register_policy_loss,
-    register_turn_order,
-)
 
 # ---- advantage estimators: fn(batch, cfg, *, critic_values, oracle, group_stats) -> [n, L]
 
 
-@register_adv_est("oracle", needs_oracle=True, lm=False)
 def oracle(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """Exact advantages supplied by the caller (the tabular engine's ``A^pi``), masked to real tokens."""
     return oracle * (batch.token_mask & batch.valid[:, None])
 
 
-@register_adv_est("gae", needs_critic=True)
 def gae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """GAE with a critic (Schulman et al. 2016): ``gae_gamma``, ``gae_lambda``, ``gae_token_level``."""
     from seeupo.core.advantages import gae_for_batch
@@ -36,7 +28,6 @@ def gae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, 
     return gae_for_batch(batch, critic_values, gamma=cfg.gae_gamma, lam=cfg.gae_lambda, token_level=cfg.gae_token_level)
 
 
-@register_adv_est("grae", needs_group_stats=True, group_stats_closed_form=True)
 def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """Group-relative, critic-free (PAPER.md §2): ``group_size``, ``grae_center``, ``grae_scale``, ``grae_clamp``."""
     from seeupo.core.advantages import grae as grae_impl
@@ -47,39 +38,34 @@ def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
     )
 
 
-# ---- policy losses: fn(logp_new, batch, adv, settings) -> (objective [n, L], clipped [n, L] | None)
+# ---- policy losses: fn(logp_new, batch, adv, cfg) -> (objective [n, L], clipped [n, L] | None)
 
 
-@register_policy_loss("reinforce", surrogate=False)
-def reinforce(logp_new: Any, batch: Any, adv: Any, settings: LossSettings) -> tuple[Any, Any]:
+def reinforce(logp_new: Any, batch: Any, adv: Any, cfg: Any) -> tuple[Any, Any]:
     """``log pi * A``: its gradient is the policy gradient (one step per batch)."""
     return logp_new * adv, None
 
 
-@register_policy_loss("ppo")
-def ppo(logp_new: Any, batch: Any, adv: Any, settings: LossSettings) -> tuple[Any, Any]:
+def ppo(logp_new: Any, batch: Any, adv: Any, cfg: Any) -> tuple[Any, Any]:
     """The clipped surrogate ("PPU"), token or sequence ratio (``ratio_level``, ``ratio_scope``, ``length_norm``)."""
     from seeupo.core.losses import ppo_surrogate
 
-    return ppo_surrogate(logp_new, batch, adv, settings)
+    return ppo_surrogate(logp_new, batch, adv, cfg)
 
 
 # ---- aggregations: fn(n_tokens, weight) -> (per_row, den_terms)
 
 
-@register_aggregation("token_mean")
 def token_mean(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
     """Every real token of every valid row counts once (times its row weight): ``c_i = w_i / sum_k w_k n_k``."""
     return weight, weight * n_tokens
 
 
-@register_aggregation("seq_mean_token_mean")
 def seq_mean_token_mean(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
     """Mean over tokens within a row, then mean over rows: ``c_i = w_i / (n_i sum_k w_k)``."""
     return weight / n_tokens.clamp_min(1), weight
 
 
-@register_aggregation("seq_mean_token_sum")
 def seq_mean_token_sum(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
     """Sum over tokens within a row, then mean over rows: ``c_i = w_i / sum_k w_k``."""
     return weight, weight
@@ -88,19 +74,16 @@ def seq_mean_token_sum(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
 # ---- turn orders: fn(num_turns, cfg, generator) -> a permutation of 0..num_turns-1
 
 
-@register_turn_order("reverse")
 def reverse(num_turns: int, cfg: Any, generator: Any) -> list[int]:
     """Last turn first (SeeUPO): each turn is updated after every later turn."""
     return list(reversed(range(num_turns)))
 
 
-@register_turn_order("forward")
 def forward(num_turns: int, cfg: Any, generator: Any) -> list[int]:
     """First turn first."""
     return list(range(num_turns))
 
 
-@register_turn_order("random")
 def random(num_turns: int, cfg: Any, generator: Any) -> list[int]:
     """A uniformly random permutation, drawn from the update's generator."""
     import torch
@@ -108,7 +91,6 @@ def random(num_turns: int, cfg: Any, generator: Any) -> list[int]:
     return torch.randperm(num_turns, generator=generator).tolist()
 
 
-@register_turn_order("custom")
 def custom(num_turns: int, cfg: Any, generator: Any) -> list[int]:
     """``custom_order``, as given."""
     return list(cfg.custom_order or ())
@@ -117,19 +99,45 @@ def custom(num_turns: int, cfg: Any, generator: Any) -> list[int]:
 # ---- M factors: fn(factor, ratio, cfg) -> the trajectories' new factor F[traj] after a turn
 
 
-@register_m_factor("none", uses_ratio=False)
 def no_factor(factor: Any, ratio: Any, cfg: Any) -> Any:
     """No factor: every turn is updated on the plain advantage (``M = A``)."""
     return factor
 
 
-@register_m_factor("happo")
 def happo(factor: Any, ratio: Any, cfg: Any) -> Any:
     """HAPPO's ``F <- F * pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (Zhong et al. 2024; PAPER.md §4)."""
     return factor * ratio.to(factor.dtype)
 
 
-@register_m_factor("clipped")
 def clipped(factor: Any, ratio: Any, cfg: Any) -> Any:
     """The reference code's variant: each turn's ratio and the running product clipped to ``m_clip``."""
     return (factor * ratio.clamp(*cfg.m_clip).to(factor.dtype)).clamp(*cfg.m_clip)
+
+
+# ---- the entries: (name, function, entry options), registered in this order (the first is each menu's first)
+
+ADV_ESTIMATORS = (
+    ("oracle", oracle, dict(needs_oracle=True, lm=False)),
+    ("gae", gae, dict(needs_critic=True)),
+    ("grae", grae, dict(needs_group_stats=True, group_stats_closed_form=True)),
+)
+POLICY_LOSSES = (
+    ("reinforce", reinforce, dict(surrogate=False)),
+    ("ppo", ppo, dict()),
+)
+AGGREGATIONS = (
+    ("token_mean", token_mean, dict()),
+    ("seq_mean_token_mean", seq_mean_token_mean, dict()),
+    ("seq_mean_token_sum", seq_mean_token_sum, dict()),
+)
+TURN_ORDERS = (
+    ("reverse", reverse, dict()),
+    ("forward", forward, dict()),
+    ("random", random, dict()),
+    ("custom", custom, dict()),
+)
+M_FACTORS = (
+    ("none", no_factor, dict(uses_ratio=False)),
+    ("happo", happo, dict()),
+    ("clipped", clipped, dict()),
+)

@@ -25,6 +25,7 @@ from seeupo.core.registry import (
     M_FACTORS,
     POLICY_LOSSES,
     TURN_ORDERS,
+    NameClash,
     Registry,
     adv_estimator,
 )
@@ -284,8 +285,9 @@ def preset(preset_name: str, /, **overrides: object) -> AlgorithmConfig:
     cfg = PRESETS[preset_name].replace(**changes, name=name or modified_name(preset_name, changes), preset=preset_name)
     if name in PRESETS and modified_name(name, {k: getattr(cfg, k) for k in IDENTITY_FIELDS}) != name:
         differ = [k for k in IDENTITY_FIELDS if getattr(cfg, k) != getattr(PRESETS[name], k)]
-        raise ValueError(f"name {name!r} is the name of a preset whose {', '.join(differ)} differ from this algorithm's; "
-                         "choose another name")
+        # a clash of names (a plugin loader reports it in one line), not a bug in the caller's code
+        raise NameClash(f"name {name!r} is the name of a preset whose {', '.join(differ)} differ from this algorithm's; "
+                        "choose another name")
     return cfg
 
 
@@ -299,8 +301,6 @@ def register_preset(config: AlgorithmConfig) -> AlgorithmConfig:
     already registered is an error (:class:`~seeupo.core.registry.NameClash`), never an override.
     Returns the registered configuration.
     """
-    from seeupo.core.registry import NameClash
-
     name = config.name
     if not isinstance(name, str) or not name.strip() or name == "custom":
         raise ValueError(f"a preset needs a name of its own (AlgorithmConfig.name), got {name!r}")

@@ -22,8 +22,9 @@ from typing import get_args
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
-from seeupo.core.config import KlEstimator, RatioLevel, RatioScope
-from seeupo.core.registry import LossSettings, aggregation as aggregation_entry, policy_loss
+from seeupo.core.boundary import call_aggregation, call_policy_loss
+from seeupo.core.config import AlgorithmConfig, KlEstimator, RatioLevel, RatioScope
+from seeupo.core.registry import aggregation as aggregation_entry, policy_loss
 
 Tensor = torch.Tensor
 # A registered aggregation's name (:data:`seeupo.core.registry.AGGREGATIONS` lists them).
@@ -95,7 +96,7 @@ def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
     dtype = batch.logp_old.dtype
     n_tokens = real.sum(1).to(dtype)
     w = batch.weight.to(dtype) * batch.valid.to(dtype)
-    per_row, den_terms = aggregation_entry(mode).fn(n_tokens, w)
+    per_row, den_terms = call_aggregation(aggregation_entry(mode), n_tokens, w)
     den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
     return per_row / den[batch.instance]
 
@@ -120,37 +121,39 @@ def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tenso
     return (coef.to(values.dtype) * row).sum()
 
 
-def ppo_surrogate(logp_new: Tensor, batch: SampleBatch, adv: Tensor, settings: LossSettings) -> tuple[Tensor, Tensor]:
+def ppo_surrogate(logp_new: Tensor, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig) -> tuple[Tensor, Tensor]:
     """The clipped surrogate per token and which tokens' ratios were clipped (the ``"ppo"`` policy loss).
 
     Token ratio, or one ratio per sequence (a turn's response or the whole trajectory) applied
-    to the mean of the sequence's token advantages. Placeholders and padding get ratio 1.
+    to the mean of the sequence's token advantages. Placeholders and padding get ratio 1. Reads
+    ``cfg``'s ``ratio_level``, ``ratio_scope``, ``length_norm``, ``clip_eps_low``, ``clip_eps_high``
+    and ``dual_clip``.
     """
     mask = batch.token_mask & batch.valid[:, None]
-    if settings.ratio_level == "token":
+    if cfg.ratio_level == "token":
         log_ratio = logp_new - batch.logp_old
         token_adv = adv
-    elif settings.ratio_level == "sequence":
-        if settings.ratio_scope == "turn":
-            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=settings.length_norm)
-        elif settings.ratio_scope == "trajectory":
+    elif cfg.ratio_level == "sequence":
+        if cfg.ratio_scope == "turn":
+            row_log_ratio = sequence_log_ratio(logp_new, batch.logp_old, mask, length_norm=cfg.length_norm)
+        elif cfg.ratio_scope == "trajectory":
             row_log_ratio = trajectory_log_ratio(
-                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=settings.length_norm
+                logp_new, batch.logp_old, mask, batch.traj_id, length_norm=cfg.length_norm
             )
         else:
-            raise ValueError(f"unknown ratio scope {settings.ratio_scope!r}; expected one of {get_args(RatioScope)}")
+            raise ValueError(f"unknown ratio scope {cfg.ratio_scope!r}; expected one of {get_args(RatioScope)}")
         log_ratio = row_log_ratio[:, None].expand_as(logp_new)
         # one advantage per sequence: the mean of its tokens' advantages
         row_adv = (adv * mask).sum(1) / mask.sum(1).clamp_min(1)
         token_adv = row_adv[:, None].expand_as(adv)
     else:
-        raise ValueError(f"unknown ratio level {settings.ratio_level!r}; expected one of {get_args(RatioLevel)}")
+        raise ValueError(f"unknown ratio level {cfg.ratio_level!r}; expected one of {get_args(RatioLevel)}")
     # placeholders and padding: ratio 1, no gradient
     log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))
     ratio = torch.exp(log_ratio)
-    obj = clipped_surrogate(ratio, token_adv, settings.clip_eps_low, settings.clip_eps_high, settings.dual_clip)
+    obj = clipped_surrogate(ratio, token_adv, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip)
     with torch.no_grad():
-        clipped = (ratio < 1.0 - settings.clip_eps_low) | (ratio > 1.0 + settings.clip_eps_high)
+        clipped = (ratio < 1.0 - cfg.clip_eps_low) | (ratio > 1.0 + cfg.clip_eps_high)
     return obj, clipped
 
 
@@ -158,17 +161,11 @@ def policy_objective(
     logp_new: Tensor,
     batch: SampleBatch,
     adv: Tensor,
+    cfg: AlgorithmConfig | None = None,
     *,
-    update: str,
-    ratio_level: str = "token",
-    ratio_scope: str = "turn",
-    length_norm: bool = True,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.2,
-    dual_clip: float | None = None,
-    aggregation: Aggregation = "token_mean",
     coef: Tensor | None = None,
     token_coef: Tensor | None = None,
+    **settings: object,
 ) -> tuple[Tensor, dict[str, float]]:
     """The per-batch policy objective (to maximise) and diagnostics.
 
@@ -176,10 +173,13 @@ def policy_objective(
       logp_new: ``[n, L]`` differentiable log-probabilities of the batch's tokens under the policy being optimised.
       batch: the rows; ``batch.logp_old`` is the sampling policy.
       adv: ``[n, L]`` the advantage (or, in a sequential update, the HAML weight ``M``) per token.
-      update: a registered policy loss (:data:`seeupo.core.registry.POLICY_LOSSES`): ``"reinforce"``
-        gives ``log pi * A`` (its gradient is the policy gradient); ``"ppo"`` the clipped surrogate.
-      aggregation: a registered aggregation (:data:`seeupo.core.registry.AGGREGATIONS`).
-      coef, token_coef: :func:`row_coefficients` of the enclosing minibatch for ``aggregation``
+      cfg: the algorithm; the registered policy loss ``cfg.update`` (``"reinforce"``: ``log pi * A``,
+        whose gradient is the policy gradient; ``"ppo"``: the clipped surrogate) reads its settings
+        (``ratio_level``, ``clip_eps_low``, ...) from it, and ``cfg.aggregation`` reduces the tokens.
+      settings: :class:`~seeupo.core.config.AlgorithmConfig` fields replacing ``cfg``'s (or the default
+        configuration's when ``cfg`` is ``None``): ``policy_objective(logp, batch, adv, update="ppo",
+        ratio_level="sequence")``. The configuration is the one place these settings are spelled.
+      coef, token_coef: :func:`row_coefficients` of the enclosing minibatch for ``cfg.aggregation``
         and for ``"token_mean"`` (the clip fraction), when ``batch`` is a micro-batch of it.
 
     Returns:
@@ -187,11 +187,12 @@ def policy_objective(
       clipped (averaged over instances); ``stats["clipped_mass"]`` is the same before dividing by
       the number of instances, which micro-batches of one minibatch add up.
     """
-    settings = LossSettings(ratio_level, ratio_scope, length_norm, clip_eps_low, clip_eps_high, dual_clip)
-    obj, clipped = policy_loss(update).fn(logp_new, batch, adv, settings)
+    if cfg is None or settings:
+        cfg = (cfg or AlgorithmConfig()).replace(**settings)
+    obj, clipped = call_policy_loss(policy_loss(cfg.update), logp_new, batch, adv, cfg)
     if clipped is None:
-        return aggregate(obj, batch, aggregation, coef), {"clip_frac": 0.0, "clipped_mass": 0.0}
+        return aggregate(obj, batch, cfg.aggregation, coef), {"clip_frac": 0.0, "clipped_mass": 0.0}
     with torch.no_grad():
         clipped_mass = float(aggregate(clipped.to(logp_new.dtype), batch, "token_mean", token_coef))
     stats = {"clip_frac": clipped_mass / max(batch.num_instances, 1), "clipped_mass": clipped_mass}
-    return aggregate(obj, batch, aggregation, coef), stats
+    return aggregate(obj, batch, cfg.aggregation, coef), stats

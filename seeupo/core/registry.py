@@ -19,9 +19,10 @@ Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.Sam
 * advantage estimator: ``fn(batch, cfg, *, critic_values, oracle, group_stats) -> [n, L]``,
   the per-token advantage aligned with ``batch.logp_old``, 0 on padding and placeholder rows;
   ``cfg`` is the :class:`~seeupo.core.config.AlgorithmConfig` (its own options ride on it).
-* policy loss: ``fn(logp_new, batch, adv, settings) -> (objective, clipped)``, the per-token
-  objective ``[n, L]`` to **maximise** and a per-token bool ``[n, L]`` of clipped ratios (or
-  ``None`` when the loss does not clip); ``settings`` is a :class:`LossSettings`. The
+* policy loss: ``fn(logp_new, batch, adv, cfg) -> (objective, clipped)``, the per-token
+  objective ``[n, L]`` to **maximise** (differentiable in ``logp_new``) and a per-token bool
+  ``[n, L]`` of clipped ratios (or ``None`` when the loss does not clip); ``cfg`` is the
+  :class:`~seeupo.core.config.AlgorithmConfig` (``ratio_level``, ``clip_eps_low``, ... ride on it). The
   aggregation over tokens is not the loss's business: :func:`seeupo.core.losses.policy_objective`
   applies the configured one, so that micro-batches add up exactly.
 * aggregation: ``fn(n_tokens, weight) -> (per_row, den_terms)`` over the valid rows of a
@@ -39,22 +40,32 @@ Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.Sam
   at 1. An entry registered with ``uses_ratio=False`` is never called: ``F`` stays 1 and no ratio is
   computed.
 
-This module imports no torch: the built-in entries (:mod:`seeupo.core.builtins`) import their
-implementations when called, so that validating a configuration and ``--help`` stay light.
+Every call of a registered function goes through :mod:`seeupo.core.boundary`, which checks its
+result (type, shape, dtype, device, finite values, gradient, the batch left unchanged) and names
+the function and the file and line where it was registered when something is wrong.
+
+This module imports no torch; it imports :mod:`seeupo.core.builtins` (the paper's choices, which
+import nothing from here) and registers them first, so that a user's entry can never take a
+built-in's name. The built-ins import their implementations when called, so that validating a
+configuration and ``--help`` stay light.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+import seeupo.core.builtins as builtins
+
 F = TypeVar("F", bound=Callable[..., Any])
-E = TypeVar("E")
+E = TypeVar("E", bound="Entry")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered function under its name; the kinds below add what the core needs to know about it."""
+    """A registered function under its name; each kind below adds what the core needs to know about it."""
 
     name: str
     fn: Callable[..., Any]
@@ -62,6 +73,16 @@ class Entry:
     @property
     def doc(self) -> str:
         return _first_line(self.fn)
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE`` where the function was defined (its decorator's line): what error messages point to."""
+        return _source(self.fn)
+
+    @property
+    def builtin(self) -> bool:
+        """A function of the toolkit itself: an exception it raises is a toolkit bug and keeps its traceback."""
+        return getattr(self.fn, "__module__", "").startswith("seeupo.")
 
 
 @dataclass(frozen=True)
@@ -72,16 +93,35 @@ class AdvantageEstimator(Entry):
     needs_oracle: the caller must pass ``oracle``, the exact advantages (tabular engine only).
     needs_group_stats: the estimator compares a trajectory with the other rollouts of its task,
       so a configuration needs ``group_size >= 2``.
-    exact: the tabular exact mode can compute its expectation. A non-group estimator is called on
-      every path once, weighted by its probability. A group estimator is called on groups built by
-      enumerating the group-mates' outcomes (:func:`seeupo.tabular.rollout.exact_group_batch`): each
-      group holds one trajectory weighted by its probability times that of its group-mates'
-      configuration, and ``group_size - 1`` group-mates of weight 0. That is exact when the
-      estimator (a) is a symmetric function of its group's outcomes (per-turn rewards, returns,
-      ``valid``), reading no group-mate's actions or log-probabilities, (b) counts every group
-      member once in group statistics (no weights), and (c) weights any batch-level statistic
-      (a batch mean or std, a fraction of groups) by ``batch.weight`` (1 everywhere when sampled).
-      ``False``: exact mode refuses it with a one-line message; the sampled mode still runs it.
+    exact: the tabular exact mode may compute its expectation (``False``: exact mode refuses it in
+      one line; the sampled mode still runs it). Exact mode calls a non-group estimator on every
+      path once, weighted by its probability, and a group estimator on groups built by enumerating
+      the group-mates' outcomes (:func:`seeupo.tabular.rollout.exact_group_batch`): each group holds
+      one trajectory weighted by its probability times that of its group-mates' configuration, and
+      ``group_size - 1`` group-mates of weight 0. That is exact only under the assumptions below;
+      each is checked before exact cells run (:func:`seeupo.core.contract.exact_mode_refusal`, on
+      random batches, to 1e-12), and an estimator that fails one is refused for exact mode with the
+      reason, whatever it declared:
+
+      1. deterministic: two calls on the same batch give the same advantages
+         (refusal: "not deterministic");
+      2. symmetric in its group: permuting the trajectories within their groups (their rows and
+         their ids) permutes the advantages with them; no trajectory is special for being first
+         (refusal: "not symmetric in its group"); a non-group estimator likewise may not depend on
+         a trajectory's position in the batch;
+      3. blind to its group-mates' actions and log-probabilities: a group-mate stands for its
+         whole outcome class (per-turn rewards, returns, ``valid``), so changing a group-mate's
+         actions (``batch.data``) or ``logp_old`` leaves the other trajectories' advantages as they
+         were (refusal: "reads its group-mates' actions or log-probabilities");
+      4. weights as exact mode does: every group member counts once in group statistics (weights
+         ignored), and any batch-level statistic (a batch mean or std, a fraction of groups) is
+         weighted by ``batch.weight`` (1 everywhere when sampled): a batch holding each group once
+         per member, that member weighted ``m`` and its group-mates 0, gives each member the
+         advantage it gets in a batch holding its group ``m`` times with weight 1
+         (refusal: "does not weight the batch as exact mode does").
+
+      Every call, in every mode, is also checked at the boundary (:mod:`seeupo.core.boundary`):
+      a ``[n, L]`` floating tensor on the batch's device, finite on valid tokens, the batch unchanged.
     group_stats_closed_form: the estimator also accepts ``group_stats = (group_sum, group_sumsq)``
       per trajectory, the sufficient statistics of an exact distribution over group-mates (GRAE's
       closed form): exact mode then enumerates those statistics instead of the group-mates'
@@ -103,7 +143,7 @@ class PolicyLoss(Entry):
     """A registered policy loss and what it supports.
 
     surrogate: the loss is a function of the ratio ``pi / pi_old`` (it reads ``ratio_level``,
-      ``ratio_scope``, ``length_norm`` and the clip settings of :class:`LossSettings`) and stays
+      ``ratio_scope``, ``length_norm`` and the clip settings of the configuration) and stays
       valid over several epochs on one batch; ``False``: a plain policy-gradient objective
       (``log pi * A``) meant for one gradient step per batch.
     """
@@ -132,22 +172,6 @@ class MFactor(Entry):
     uses_ratio: bool = True
 
 
-@dataclass(frozen=True)
-class LossSettings:
-    """The settings a policy loss may read, taken from an :class:`~seeupo.core.config.AlgorithmConfig`.
-
-    A separate object (not the whole configuration) so that the losses can be called from the
-    keyword arguments of :func:`seeupo.core.losses.policy_objective` as well.
-    """
-
-    ratio_level: str = "token"
-    ratio_scope: str = "turn"
-    length_norm: bool = True
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.2
-    dual_clip: float | None = None
-
-
 class NameClash(ValueError):
     """A name registered twice: raised by :meth:`Registry.add` so that a plugin loader can tell it
     from an error inside the plugin's own code."""
@@ -156,7 +180,7 @@ class NameClash(ValueError):
 class Registry(Generic[E]):
     """Named entries of one kind; a name is registered once."""
 
-    def __init__(self, kind: str, field: str, entry: Callable[..., E]) -> None:
+    def __init__(self, kind: str, field: str, entry: type[E]) -> None:
         self.kind = kind  # "advantage estimator", ...
         self.field = field  # the AlgorithmConfig field naming an entry
         self.entry = entry  # the entry type: entry(name, fn, **options)
@@ -164,8 +188,14 @@ class Registry(Generic[E]):
 
     def register(self, name: str, **options: Any) -> Callable[[F], F]:
         """A decorator registering its function as entry ``name``; ``options``: the entry type's other fields."""
+        allowed = [f.name for f in dataclasses.fields(self.entry) if f.name not in ("name", "fn")]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise TypeError(f"a {self.kind} has no option {', '.join(map(repr, unknown))}; its options: {allowed}")
 
         def decorate(fn: F) -> F:
+            if not callable(fn):
+                raise TypeError(f"{self.kind} {name!r}: can only register a function, got {type(fn).__name__}")
             self.add(name, self.entry(name, fn, **options))
             return fn
 
@@ -176,8 +206,8 @@ class Registry(Generic[E]):
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a {self.kind} needs a non-empty string name, got {name!r}")
         if name in self._entries:
-            existing = self._entries[name].fn  # type: ignore[attr-defined]
-            raise NameClash(f"{self.kind} {name!r} is already registered (by {_where(existing)}); choose another name")
+            raise NameClash(f"{self.kind} {name!r} is already registered (by {_where(self._entries[name].fn)}); "
+                            "choose another name")
         self._entries[name] = entry
 
     def remove(self, name: str) -> None:
@@ -209,27 +239,17 @@ TURN_ORDERS: Registry[TurnOrder] = Registry("turn order", "order", TurnOrder)
 M_FACTORS: Registry[MFactor] = Registry("M factor", "m_factor", MFactor)
 
 
-def register_adv_est(
-    name: str,
-    *,
-    needs_critic: bool = False,
-    needs_oracle: bool = False,
-    needs_group_stats: bool = False,
-    exact: bool = True,
-    group_stats_closed_form: bool = False,
-    tabular: bool = True,
-    lm: bool = True,
-) -> Callable[[F], F]:
-    """Register the decorated function as the advantage estimator ``name`` (see :class:`AdvantageEstimator`)."""
-    return ADV_ESTIMATORS.register(
-        name, needs_critic=needs_critic, needs_oracle=needs_oracle, needs_group_stats=needs_group_stats, exact=exact,
-        group_stats_closed_form=group_stats_closed_form, tabular=tabular, lm=lm,
-    )
+def register_adv_est(name: str, **options: Any) -> Callable[[F], F]:
+    """Register the decorated function as the advantage estimator ``name``; ``options``: ``needs_critic``,
+    ``needs_oracle``, ``needs_group_stats``, ``exact``, ``group_stats_closed_form``, ``tabular``, ``lm``
+    (see :class:`AdvantageEstimator`)."""
+    return ADV_ESTIMATORS.register(name, **options)
 
 
-def register_policy_loss(name: str, *, surrogate: bool = True) -> Callable[[F], F]:
-    """Register the decorated function as the policy loss ``name`` (``AlgorithmConfig.update``; see :class:`PolicyLoss`)."""
-    return POLICY_LOSSES.register(name, surrogate=surrogate)
+def register_policy_loss(name: str, **options: Any) -> Callable[[F], F]:
+    """Register the decorated function as the policy loss ``name`` (``AlgorithmConfig.update``); ``options``:
+    ``surrogate`` (see :class:`PolicyLoss`)."""
+    return POLICY_LOSSES.register(name, **options)
 
 
 def register_aggregation(name: str) -> Callable[[F], F]:
@@ -242,9 +262,10 @@ def register_turn_order(name: str) -> Callable[[F], F]:
     return TURN_ORDERS.register(name)
 
 
-def register_m_factor(name: str, *, uses_ratio: bool = True) -> Callable[[F], F]:
-    """Register the decorated function as the ``M`` factor ``name`` (``AlgorithmConfig.m_factor``; :class:`MFactor`)."""
-    return M_FACTORS.register(name, uses_ratio=uses_ratio)
+def register_m_factor(name: str, **options: Any) -> Callable[[F], F]:
+    """Register the decorated function as the ``M`` factor ``name`` (``AlgorithmConfig.m_factor``); ``options``:
+    ``uses_ratio`` (see :class:`MFactor`)."""
+    return M_FACTORS.register(name, **options)
 
 
 def adv_estimator(name: str) -> AdvantageEstimator:
@@ -264,8 +285,35 @@ def _first_line(fn: Callable[..., Any]) -> str:
 
 
 def _where(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    """``module.qualname (FILE:LINE)``: a registered function, for a name clash."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))} ({_source(fn)})"
 
 
-# The paper's choices, registered last so that they can use the decorators above.
-import seeupo.core.builtins  # noqa: E402,F401
+def _source(fn: Callable[..., Any]) -> str:
+    """``FILE:LINE`` of ``fn``'s definition: relative to the working directory when below it, the toolkit's own
+    files from the package's folder (``seeupo/core/builtins.py:40``), else as Python knows the file."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:  # a callable object, a builtin function
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    return f"{shown_path(code.co_filename)}:{code.co_firstlineno}"
+
+
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shown_path(filename: str) -> str:
+    """A source file as messages show it: relative to the working directory when below it, a toolkit file
+    relative to the folder holding the ``seeupo`` package, else unchanged."""
+    path = os.path.abspath(filename)
+    for base in (os.getcwd(), _PACKAGE_PARENT):
+        if path.startswith(base + os.sep):
+            return os.path.relpath(path, base)
+    return filename
+
+
+# The paper's choices first, in their order, so that no later entry can take a built-in's name.
+for _registry, _table in ((ADV_ESTIMATORS, builtins.ADV_ESTIMATORS), (POLICY_LOSSES, builtins.POLICY_LOSSES),
+                          (AGGREGATIONS, builtins.AGGREGATIONS), (TURN_ORDERS, builtins.TURN_ORDERS),
+                          (M_FACTORS, builtins.M_FACTORS)):
+    for _name, _fn, _options in _table:
+        _registry.register(_name, **_options)(_fn)

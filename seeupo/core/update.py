@@ -23,6 +23,7 @@ from typing import Iterable, Protocol
 import torch
 
 from seeupo.core.batch import SampleBatch
+from seeupo.core.boundary import call_estimator, call_m_factor, call_turn_order
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients, sequence_log_ratio
 from seeupo.core.parallel import DataParallel, owned, score_rows
@@ -73,18 +74,13 @@ def compute_advantages(
         raise ValueError(f"advantage={cfg.advantage!r} needs the exact advantages (oracle=...)")
     if estimator.needs_critic and critic_values is None:
         raise ValueError(f"advantage={cfg.advantage!r} needs critic values (critic_values=...)")
-    return estimator.fn(batch, cfg, critic_values=critic_values, oracle=oracle, group_stats=group_stats)
+    return call_estimator(estimator, batch, cfg, critic_values=critic_values, oracle=oracle, group_stats=group_stats)
 
 
 def turn_order(cfg: AlgorithmConfig, num_turns: int, generator: torch.Generator | None = None) -> list[int]:
     """The order in which a sequential update visits the turns (0-based absolute indices): the
     registered turn order ``cfg.order`` (:func:`seeupo.core.registry.register_turn_order`)."""
-    order = list(TURN_ORDERS.get(cfg.order).fn(num_turns, cfg, generator))
-    if sorted(order) != list(range(num_turns)):
-        raise ValueError(
-            f"AlgorithmConfig.order={cfg.order!r} gives {order}, not a permutation of the turns 0..{num_turns - 1}"
-        )
-    return order
+    return call_turn_order(TURN_ORDERS.get(cfg.order), num_turns, cfg, generator)
 
 
 def num_turns(batch: SampleBatch) -> int:
@@ -306,21 +302,7 @@ def _optimizer_step(
             pending.factor = _advanced(pending.factor, done, _ratio(done, logp[finished].detach(), cfg), cfg)
             micro_weight = torch.where(finished[:, None], 0.0, micro_weight * pending.factor[micro.traj_id][:, None])
             logp = torch.where(finished[:, None], micro.logp_old.to(logp.dtype), logp)  # ratio 1: adds exactly 0
-        objective, info = policy_objective(
-            logp,
-            micro,
-            micro_weight,
-            update=cfg.update,
-            ratio_level=cfg.ratio_level,
-            ratio_scope=cfg.ratio_scope,
-            length_norm=cfg.length_norm,
-            clip_eps_low=cfg.clip_eps_low,
-            clip_eps_high=cfg.clip_eps_high,
-            dual_clip=cfg.dual_clip,
-            aggregation=cfg.aggregation,
-            coef=coef[rows],
-            token_coef=token_coef[rows],
-        )
+        objective, info = policy_objective(logp, micro, micro_weight, cfg, coef=coef[rows], token_coef=token_coef[rows])
         loss = -objective
         if cfg.kl_coef > 0.0:
             kl = aggregate(kl_penalty(logp, logp_ref[rows], cfg.kl_estimator), micro, cfg.aggregation, coef[rows])
@@ -444,7 +426,7 @@ def _advanced(factor: Tensor, turn_batch: SampleBatch, ratio: Tensor, cfg: Algor
     """``factor`` with ``F[traj] <- m_factor(F[traj], ratio)`` on ``turn_batch``'s trajectories (a new tensor)."""
     traj = turn_batch.traj_id
     factor = factor.clone()
-    factor[traj] = M_FACTORS.get(cfg.m_factor).fn(factor[traj], ratio.to(factor.dtype), cfg)
+    factor[traj] = call_m_factor(M_FACTORS.get(cfg.m_factor), factor[traj], ratio.to(factor.dtype), cfg)
     return factor
 
 

@@ -55,7 +55,12 @@ BRIDGE = {"kind": "sequential_bandit", "turns": 2, "actions": 4, "reward_levels"
 
 @dataclass(frozen=True)
 class ModelSetting:
-    """How one model is trained: learning rate, format warm-up, steps and seeds."""
+    """How one model is trained: learning rate, format warm-up, steps and seeds.
+
+    warmup_target: ``None``, exactly ``warmup_steps`` warm-up steps; else the warm-up stops once the
+    exact probability of a valid first answer is at least this (``env.options.warmup_target``),
+    with ``warmup_steps`` as a cap.
+    """
 
     name: str
     lr: float
@@ -66,6 +71,7 @@ class ModelSetting:
     tasks_per_step: int = 8
     group_size: int = 8
     num_tasks: int = 64
+    warmup_target: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,13 @@ ABLATIONS = {"m_refresh_3turn": ("turns3", m_refresh_sweep)}
 
 
 def quick_sweep() -> Sweep:
-    return Sweep(models=(ModelSetting("tiny-qwen3", lr=3e-3, warmup_steps=5, warmup_lr=3e-3, steps=2, seeds=(0,),
-                                      tasks_per_step=2, group_size=2, num_tasks=4),),
+    """The smallest run that learns: ``check --quick``'s bridge settings (:class:`seeupo.experiments.check.CheckBudget`).
+
+    The warm-up runs until the exact probability of a valid first answer is >= 0.9 (25 steps,
+    0.932 for seed 0); with only 5 steps, as before, it was 0.001 and ``J`` stayed at 0.
+    """
+    return Sweep(models=(ModelSetting("tiny-qwen3", lr=1e-3, warmup_steps=100, warmup_lr=3e-3, warmup_target=0.9, steps=2,
+                                      seeds=(0,), tasks_per_step=4, group_size=4, num_tasks=4),),
                  presets=("seeupo",), seeupo_variants=())
 
 
@@ -181,7 +192,7 @@ def _fresh_model(name: str):
     return copy.deepcopy(model), tokenizer
 
 
-_WARM_CACHE: dict[tuple[str, int, int, float, float], tuple[dict[str, Any], dict[str, float]]] = {}
+_WARM_CACHE: dict[tuple[str, int, int, float, float, float | None], tuple[dict[str, Any], dict[str, float]]] = {}
 
 
 def _warmed_model(spec: RunSpec, sweep: Sweep):
@@ -189,9 +200,10 @@ def _warmed_model(spec: RunSpec, sweep: Sweep):
 
     The warm-up (the bridge's :class:`~seeupo.llm.envs.WarmUp`, run by
     :func:`seeupo.llm.trainer.warm_up`) is deterministic given (model, seed, steps, lr,
-    temperature), so it runs once per seed and the presets start from the same weights (exactly
-    what each run's own warm-up would give). The metrics are ``{"bridge/warmup_loglik": ...}``,
-    empty without a warm-up.
+    temperature, target), so it runs once per seed and the presets start from the same weights
+    (exactly what each run's own warm-up would give). The metrics are ``{"bridge/warmup_loglik":
+    ...}`` (with a target also ``bridge/warmup_valid_prob`` and ``bridge/warmup_steps``), empty
+    without a warm-up.
     """
     import copy
 
@@ -203,9 +215,9 @@ def _warmed_model(spec: RunSpec, sweep: Sweep):
     model, tokenizer = _fresh_model(m.name)
     if m.warmup_steps == 0:
         return model, tokenizer, {}
-    key = (m.name, spec.seed, m.warmup_steps, m.warmup_lr, sweep.temperature)
+    key = (m.name, spec.seed, m.warmup_steps, m.warmup_lr, sweep.temperature, m.warmup_target)
     if key not in _WARM_CACHE:
-        options = dict(sweep.bridge, warmup_steps=m.warmup_steps, warmup_lr=m.warmup_lr)
+        options = dict(sweep.bridge, warmup_steps=m.warmup_steps, warmup_lr=m.warmup_lr, warmup_target=m.warmup_target)
         env = make_environment("bridge", options, tokenizer, spec.seed)
         logs = warm_up(CausalLMPolicy(model, temperature=sweep.temperature), env.warm_up, tokenizer)
         model.zero_grad(set_to_none=True)
@@ -213,6 +225,28 @@ def _warmed_model(spec: RunSpec, sweep: Sweep):
     state, logs = _WARM_CACHE[key]
     model.load_state_dict(state)
     return model, tokenizer, logs
+
+
+def warmup_result(spec: RunSpec, sweep: Sweep) -> dict[str, Any]:
+    """What the format warm-up of ``spec``'s seed reached, before any RL step.
+
+    ``{"seed", "steps", "p_valid", "loglik"}``: the warm-up steps taken (``warmup_steps`` without a
+    target) and the exact probability of a valid first answer after them
+    (:func:`seeupo.llm.envs.bridge.valid_first_answer_prob`; measured here when the warm-up did
+    not, e.g. with no warm-up at all). Cached like the warmed model.
+    """
+    from seeupo.llm.envs.bridge import BridgeOptions, Spelling, bridge_problem, valid_first_answer_prob
+    from seeupo.llm.policy import CausalLMPolicy
+
+    model, tokenizer, logs = _warmed_model(spec, sweep)
+    p_valid = logs.get("bridge/warmup_valid_prob")
+    if p_valid is None:
+        opts = BridgeOptions(**sweep.bridge)
+        problem = bridge_problem(opts)
+        spelling = Spelling.for_problem(problem, tokenizer, opts.alphabet)
+        p_valid = valid_first_answer_prob(CausalLMPolicy(model, temperature=sweep.temperature), tokenizer, problem, spelling)
+    steps = logs.get("bridge/warmup_steps", spec.model.warmup_steps)
+    return {"seed": spec.seed, "steps": int(steps), "p_valid": float(p_valid), "loglik": logs.get("bridge/warmup_loglik")}
 
 
 def _trainer(spec: RunSpec, sweep: Sweep, out: Path):
@@ -240,7 +274,8 @@ def run_one(spec: RunSpec, sweep: Sweep, out: Path, log=print) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     # the config as run; the format warm-up (env.options.warmup_*) ran before, once per seed
     record = cfg.to_dict()
-    record["env"]["options"] |= {"warmup_steps": spec.model.warmup_steps, "warmup_lr": spec.model.warmup_lr}
+    record["env"]["options"] |= {"warmup_steps": spec.model.warmup_steps, "warmup_lr": spec.model.warmup_lr,
+                                 "warmup_target": spec.model.warmup_target}
     (folder / "config.json").write_text(json.dumps(record, indent=1) + "\n")
     with MetricsLogger(folder) as logger:
         logger.log(0, warmup_logs | trainer.env.metrics(trainer.policy))
@@ -273,7 +308,10 @@ def summarise_run(records: list[dict[str, Any]]) -> dict[str, Any]:
         "m_drift_max_mean": statistics.fmean(drift) if drift else None,
         "step_seconds_mean": statistics.fmean(r["timing_s/step"] for r in steps) if steps else None,
         "update_seconds_mean": statistics.fmean(r["timing_s/update_actor"] for r in steps) if steps else None,
+        "valid_prob_turn0_initial": records[0].get("bridge/valid_prob_turn0"),
         "valid_prob_turn0_final": records[-1].get("bridge/valid_prob_turn0"),
+        "warmup_valid_prob": records[0].get("bridge/warmup_valid_prob"),
+        "warmup_steps": records[0].get("bridge/warmup_steps"),
     }
 
 

@@ -10,7 +10,9 @@ For a registered algorithm (a preset, built in or registered by a plugin) it run
    under ``OUT/counterexamples/`` with the plugins' hashes, and replayed before it is reported;
 3. **bridge**: a short run of the language-model trainer on the 2-turn bridge problem
    (:mod:`seeupo.experiments.bridge_lm`), the tiny random Qwen3 for a few seeds, with the model's
-   exact ``J`` after every step (needs the ``llm`` extra; skipped with the reason otherwise);
+   exact ``J`` after every step, beside the built-in ``grpo`` and ``seeupo`` on the same seeds,
+   warm-up and steps (:func:`run_bridge`; needs the ``llm`` extra; skipped with the reason
+   otherwise). A warm-up that leaves the model answering out of format makes it *vacuous*;
 
 and writes ``OUT/check.md`` (a report to paste), ``OUT/check.json`` (everything measured) and
 ``OUT/check.png`` (exact ``J`` per iteration on the toy problems and per step on the bridge).
@@ -29,7 +31,7 @@ Time. Before it starts, ``check`` times one small unit of each part on this mach
 search cases; each search also stops at its share of the time left (a case found is kept, not
 shrunk to the end). The bridge keeps its steps and warm-up (they are the bridge's own settings)
 but may run fewer seeds, at least one: its estimate is a fixed figure measured on 2 CPU cores
-(:data:`BRIDGE_SECONDS_PER_STEP`, ...), and a seed after the first starts only if it fits.
+(:data:`BRIDGE_SECONDS_PER_STEP`, ...).
 
 Interruption. Ctrl-C or SIGTERM stops the check where it is and writes the report of what
 finished, marked partial, with every counterexample found so far (a search interrupted while
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, VACUOUS, refused_label, search_outcome
+from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, refused_label, search_outcome
 from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
@@ -62,9 +64,22 @@ class CheckBudget:
 
     verify: the verification cells' size (its ``algorithms`` and ``plugins`` are filled in).
     max_examples: cases per search (hypothesis examples, shrinking not counted).
-    bridge_steps, bridge_seeds, bridge_warmup: the bridge run: training steps, seeds, and format
-      warm-up steps before step 0 (as :func:`seeupo.experiments.bridge_lm.full_sweep`'s tiny model).
+    bridge_steps, bridge_seeds, bridge_lr: the bridge run's training steps, seeds and learning rate
+      (the same for the algorithm and for :data:`BRIDGE_BASELINES`).
+    bridge_warmup: the cap on the format warm-up's steps (at ``bridge_warmup_lr``); the warm-up stops
+      as soon as the exact probability of a valid first answer is at least ``bridge_warmup_target``
+      (measured every 5 steps); below it after the cap, the bridge is vacuous.
+    bridge_tasks_per_step, bridge_group_size: rollouts per step (tasks x group).
+
+    The bridge's settings were chosen by measurement (tiny Qwen3, problem
+    :data:`seeupo.experiments.bridge_lm.BRIDGE`, seeds 0-2): the warm-up at lr 3e-3 passes 0.9 after
+    25 steps (P = 0.93, 0.93, 0.94); then at lr 1e-3 with 4 x 4 rollouts ``grpo`` raises the exact
+    ``J`` by 0.22-0.26 in 3 steps and 0.33-0.39 in 5, ``seeupo`` by 0.16-0.24 in 3 and 0.32-0.42
+    in 5, with no collapse (at lr 3e-3 and 8 x 8, ``seeupo`` fell to J = 0 in 2 of 3 seeds).
     seconds: the wall-clock time the whole check should fit (:func:`fit`); ``None``: the sizes as given.
+
+    Wall time of the bridge on a shared 2-core machine (load 3-4): 9 s quick, 20-23 s default
+    (three algorithms x three seeds x five steps, model loading and warm-ups included).
     """
 
     verify: VerifyConfig
@@ -72,15 +87,28 @@ class CheckBudget:
     bridge_steps: int
     bridge_seeds: tuple[int, ...]
     bridge_warmup: int
+    bridge_lr: float = 1e-3
+    bridge_warmup_lr: float = 3e-3
+    bridge_warmup_target: float = 0.9
+    bridge_tasks_per_step: int = 4
+    bridge_group_size: int = 4
     seconds: float | None = None
 
 
 #: The default fits 3 minutes on 2 CPU cores (benchmarks/check_time.py): 170 s planned, the rest
 #: for starting Python and writing the report.
 DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
-                      bridge_steps=8, bridge_seeds=(0, 1, 2), bridge_warmup=40, seconds=170.0)
+                      bridge_steps=5, bridge_seeds=(0, 1, 2), bridge_warmup=100, seconds=170.0)
 QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
-                    bridge_steps=2, bridge_seeds=(0,), bridge_warmup=5)
+                    bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100)
+
+#: The built-in algorithms run beside the checked one on the bridge, on the same settings.
+BRIDGE_BASELINES = ("grpo", "seeupo")
+#: A mean change of the exact ``J`` over the bridge's steps smaller than this leaves ``J`` where it
+#: was. ``J`` is exact up to float32 scoring (~1e-6), and an update without signal (an estimator
+#: of zeros) moves it by exactly 0; the built-ins raise it by >= 0.16 in the quick setting, so
+#: 0.01 separates "learns" from "does not" with an order of magnitude to spare on each side.
+BRIDGE_TOLERANCE = 0.01
 
 MIN_ITERATIONS = 6  # fewer verify iterations than this say little about convergence
 MIN_EXAMPLES = 2  # cases per search, whatever the budget (the deadline still stops it)
@@ -88,12 +116,12 @@ SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one
 SHRINK_MARGIN = 1.0  # shrinking a case found costs more, but the calibrated cases include hypothesis's start-up, which
 # overstates a case by about as much (measured: 26 planned cases ran in 1-2 s a search); the deadlines bound the rest
 WRITE_SECONDS = 5.0  # the report, figure and replay at the end
-# the bridge on 2 CPU cores shared with other work (2026-11-26): one seed of 40 warm-up + 8 steps took
-# 12-18 s in one check (about 1 s a training step) and 112 s under a heavier load; the estimate takes
-# the lighter figures and the bridge's deadline (run_bridge) the rest: a seed starts only if it fits
-BRIDGE_SECONDS_PER_STEP = 1.0  # a training step
-BRIDGE_SECONDS_PER_WARMUP_STEP = 0.2  # a format warm-up step (shorter sequences, no exact J)
-BRIDGE_LOAD_SECONDS = 8.0  # per seed: building the model and the trainer
+# the bridge on 2 CPU cores shared with other work (2026-11-26, load 3-4, one torch thread): the default
+# (3 seeds; a warm-up of about 25 steps each, then 3 algorithms x 5 steps) took 20-23 s, the quick one
+# 9 s (CheckBudget); the estimate below is about 1.5x that, with the warm-up at its cap of steps
+BRIDGE_SECONDS_PER_STEP = 0.3  # one training step of one algorithm (the algorithm and its baselines each train)
+BRIDGE_SECONDS_PER_WARMUP_STEP = 0.05  # a format warm-up step, counted at the cap (it stops earlier at the target)
+BRIDGE_LOAD_SECONDS = 3.0  # per seed: building the model and the trainers
 BRIDGE_SHARE = 2 / 3  # the bridge may take this much of a budget (fewer seeds, at least one)
 POOL_START_SECONDS = 5.0  # verify's worker processes import torch and the plugins
 
@@ -192,7 +220,8 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
     searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
-    per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps
+    algorithms = 1 + len([b for b in BRIDGE_BASELINES if b != name])
+    per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
     bridge_s = len(budget.bridge_seeds) * per_seed if bridge else 0.0
     total = cal.seconds + verify_s + searches_s + bridge_s + WRITE_SECONDS
@@ -283,39 +312,115 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
             raise KeyboardInterrupt
 
 
-def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None],
-               deadline: float | None = None) -> dict[str, Any]:
-    """A short language-model run on the bridge with exact ``J`` per step, or why it was skipped.
+def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
+    """The bridge part of ``check``: ``name`` and :data:`BRIDGE_BASELINES` on the bridge, exact ``J`` per step.
 
-    ``deadline`` (``time.monotonic()``): a seed after the first starts only if one more seed, as
-    long as the slowest so far, ends before it; the seeds left out are listed (``seeds_left_out``).
+    First the format warm-up of each seed (shared by every algorithm of the seed); if it leaves
+    the exact probability of a valid first answer below ``budget.bridge_warmup_target`` for some
+    seed, no algorithm can learn there (almost every return is 0) and the bridge is *vacuous*:
+    nothing is trained. Otherwise ``name`` and each baseline train ``budget.bridge_steps`` steps
+    from the same warmed weights with the same seeds, and each gets words for what it did to ``J``
+    (:func:`learning`). Also vacuous: no baseline raised ``J`` (the settings give no signal).
+
+    Returns, or ``{"skipped": why}`` without the ``llm`` extra:
+
+    * ``algorithm``: ``name``; ``baselines_run``: the baselines trained (those other than ``name``);
+    * ``warmup``: ``{"threshold", "max_steps", "lr", "p_valid" (the lowest over seeds), "steps"
+      (the most over seeds), "seeds": [{"seed", "steps", "p_valid", "loglik"}, ...]}``;
+    * ``vacuous``: ``None``, or the reason in words (the probability reached);
+    * ``tolerance``: :data:`BRIDGE_TOLERANCE`;
+    * ``learning``: per algorithm run, :func:`learning`'s numbers and words;
+    * ``summary``: one sentence on ``name`` beside the baselines;
+    * ``row``, ``runs``: ``name``'s table row and per-seed runs (:func:`seeupo.experiments.bridge_lm.build_tables`);
+      ``baselines``: ``{preset: {"row": ..., "runs": [...]}}``; ``settings``: the sweep's settings;
+    * ``seconds``: the bridge's wall time.
     """
     try:
         import transformers  # noqa: F401
     except ImportError:
         return {"skipped": "needs the language-model extra: pip install 'seeupo[llm]'"}
+    import torch
+
+    threads = torch.get_num_threads()
+    # one thread: the tiny model's steps are too small to share, and on a busy 2-core machine two threads
+    # oversubscribe it (the quick bridge took 66 s with two threads, 6-9 s with one, same load)
+    torch.set_num_threads(1)
+    try:
+        return _run_bridge(name, budget, out, plugins, say)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
     from seeupo.experiments import bridge_lm
 
-    model = bridge_lm.ModelSetting("tiny-qwen3", lr=3e-3, warmup_steps=budget.bridge_warmup, warmup_lr=3e-3,
-                                   steps=budget.bridge_steps, seeds=budget.bridge_seeds)
-    sweep = bridge_lm.Sweep(models=(model,), presets=(name,), seeupo_variants=(), plugins=plugins)
+    start = time.perf_counter()
+    model = bridge_lm.ModelSetting("tiny-qwen3", lr=budget.bridge_lr, warmup_steps=budget.bridge_warmup,
+                                   warmup_lr=budget.bridge_warmup_lr, warmup_target=budget.bridge_warmup_target,
+                                   steps=budget.bridge_steps, seeds=budget.bridge_seeds,
+                                   tasks_per_step=budget.bridge_tasks_per_step, group_size=budget.bridge_group_size)
+    baselines = tuple(b for b in BRIDGE_BASELINES if b != name)
+    sweep = bridge_lm.Sweep(models=(model,), presets=(name, *baselines), seeupo_variants=(), plugins=plugins)
+    result: dict[str, Any] = {"algorithm": name, "baselines_run": list(baselines), "tolerance": BRIDGE_TOLERANCE}
+
+    seeds = [bridge_lm.warmup_result(bridge_lm.RunSpec(model, name, "", seed), sweep) for seed in model.seeds]
+    worst = min(seeds, key=lambda w: w["p_valid"])
+    result["warmup"] = {"threshold": budget.bridge_warmup_target, "max_steps": budget.bridge_warmup,
+                        "lr": budget.bridge_warmup_lr, "p_valid": worst["p_valid"],
+                        "steps": max(w["steps"] for w in seeds), "seeds": seeds}
+    say("bridge warm-up: P(valid first answer) " + ", ".join(f"{w['p_valid']:.3f} (seed {w['seed']}, {w['steps']} steps)"
+                                                              for w in seeds) + f"; target {budget.bridge_warmup_target:g}")
+    if worst["p_valid"] < budget.bridge_warmup_target:
+        result["vacuous"] = (f"the format warm-up reached P(valid first answer) = {worst['p_valid']:.4f} (seed {worst['seed']}, "
+                             f"{worst['steps']} of at most {budget.bridge_warmup} steps), below {budget.bridge_warmup_target:g}: "
+                             "almost every answer is invalid and scores 0, so no algorithm gets a learning signal")
+        result |= {"learning": {}, "summary": "not trained: " + result["vacuous"], "row": None, "runs": [], "baselines": {},
+                   "settings": None, "seconds": time.perf_counter() - start}
+        say(f"bridge: vacuous ({result['vacuous']})")
+        return result
+
     folder = out / "bridge"
-    done: list[int] = []
-    slowest = 0.0
     for spec in bridge_lm.runs_of(sweep):
-        if done and deadline is not None and time.monotonic() + slowest > deadline:
-            break
-        start = time.monotonic()
         bridge_lm.run_one(spec, sweep, folder, log=say)
-        slowest = max(slowest, time.monotonic() - start)
-        done.append(spec.seed)
-    left_out = [seed for seed in budget.bridge_seeds if seed not in done]
-    if left_out:
-        say(f"bridge: seeds {left_out} left out to keep the budget")
-        sweep = dataclasses.replace(sweep, models=(dataclasses.replace(model, seeds=tuple(done)),))
     tables = bridge_lm.build_tables(sweep, folder)
-    return {"settings": tables["settings"], "runs": tables["runs"], "row": tables["rows"][0] if tables["rows"] else None,
-            "seeds_left_out": left_out}
+    rows = {r["preset"]: r for r in tables["rows"]}
+    runs = {p: [r for r in tables["runs"] if r["preset"] == p] for p in sweep.presets}
+    result["learning"] = {p: learning(runs[p]) for p in sweep.presets}
+    result["vacuous"] = None
+    base_moved = [p for p in BRIDGE_BASELINES if result["learning"][p]["moved"] == "raised"]
+    if not base_moved:
+        result["vacuous"] = ("the built-in " + " and ".join(BRIDGE_BASELINES) + " did not raise J either ("
+                             + "; ".join(f"{p}: {result['learning'][p]['words']}" for p in BRIDGE_BASELINES)
+                             + "): these bridge settings give no learning signal")
+    mine = result["learning"][name]
+    others = "; ".join(f"{p} {result['learning'][p]['words']}" for p in BRIDGE_BASELINES if p != name)
+    result["summary"] = f"{name} {mine['words']}" + (f" (same seeds, warm-up and steps: {others})" if others else "")
+    result |= {"settings": tables["settings"], "row": rows.get(name), "runs": runs[name],
+               "baselines": {p: {"row": rows.get(p), "runs": runs[p]} for p in baselines},
+               "seconds": time.perf_counter() - start}
+    say(f"bridge: {result['summary']}" + (f"; vacuous: {result['vacuous']}" if result["vacuous"] else ""))
+    return result
+
+
+def learning(runs: list[dict[str, Any]], tolerance: float = BRIDGE_TOLERANCE) -> dict[str, Any]:
+    """What one algorithm's bridge runs did to the exact ``J``: ``raised``, ``lowered`` or ``unchanged``.
+
+    The change is ``J_final - J_initial`` per seed, averaged over seeds; within ``tolerance`` of 0
+    ``J`` was left where it was (:data:`BRIDGE_TOLERANCE` says why 0.01).
+    """
+    changes = [r["J_final"] - r["J_initial"] for r in runs]
+    j0 = sum(r["J_initial"] for r in runs) / len(runs)
+    j1 = sum(r["J_final"] for r in runs) / len(runs)
+    change = j1 - j0
+    per_seed = ", ".join(f"{c:+.4f}" for c in changes)
+    if abs(change) < tolerance:
+        moved, words = "unchanged", (f"left J where it was: {j0:.4f} -> {j1:.4f} (change {change:+.4f}, within "
+                                     f"{tolerance:g}; per seed {per_seed})")
+    else:
+        moved = "raised" if change > 0 else "lowered"
+        words = f"{moved} J from {j0:.4f} to {j1:.4f} (change {change:+.4f}; per seed {per_seed})"
+    return {"J_initial_mean": j0, "J_final_mean": j1, "change_mean": change, "change_per_seed": changes,
+            "moved": moved, "words": words}
 
 
 def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -365,7 +470,6 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     ``moved_aside``: an earlier check's files :func:`prepare_output` moved, listed in the report.
     """
     from seeupo.core.config import PRESETS
-    from seeupo.core.registry import adv_estimator
     from seeupo.experiments.searches import algorithm_searches
     from seeupo.experiments.verify import algorithm_rows, apply_counterexamples, exact_refusal, verify
 
@@ -373,8 +477,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     _SIGNALS.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     config = PRESETS[name]
-    refusal = exact_refusal(config.advantage)
-    exact = adv_estimator(config.advantage).exact and refusal is None
+    refusal = exact_refusal(config, budget.verify.group_size)  # registered with exact=False, or a failed contract check
+    exact = refusal is None
     cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed)
     if not exact and "sampled" not in cfg.modes:  # the only cells it can have
         cfg = dataclasses.replace(cfg, modes=("sampled",))
@@ -411,8 +515,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         if bridge:
             t = time.perf_counter()
             say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
-            bridge_result = run_bridge(name, budget, out, plugins, say,
-                                       None if deadline is None else deadline - WRITE_SECONDS)
+            bridge_result = run_bridge(name, budget, out, plugins, say)
             times["bridge"] = time.perf_counter() - t
     except KeyboardInterrupt as stop:
         # a search catches the interrupt to save its case, then raises a plain one: the name is kept here
@@ -504,18 +607,7 @@ def markdown(report: dict[str, Any]) -> str:
             words = c["verdict"] + (f" (counterexample; random instances: {c['random_instances']})" if c.get("random_instances") else "")
             return f"{c['setting']} {c['parameterization']}: {words} (final gap max {c['max_final_gap']:.1e})"
         lines += ["", "Convergence on random token bandits (exact): " + "; ".join(cell_words(c) for c in exact_cells) + "."]
-    bridge = report["bridge"]
-    if bridge.get("vacuous"):
-        lines += ["", f"Bridge: **{VACUOUS}** ({bridge['vacuous']})."]
-    elif bridge.get("row"):
-        b = bridge["row"]
-        lines += ["", f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps): "
-                  f"J {b['J_initial_mean']:.4f} -> {b['J_final_mean']:.4f} (J* {b['J_star']:.4f}); "
-                  f"{b['decreases_total']} of {b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}). "
-                  "Sampled updates: decreases there are expected noise, not violations."
-                  + (f" Seeds {bridge['seeds_left_out']} were left out to keep the budget." if bridge.get("seeds_left_out") else "")]
-    else:
-        lines += ["", f"Bridge: skipped ({bridge.get('skipped', 'no complete run')})."]
+    lines += ["", *bridge_markdown(report["bridge"])]
     lines += ["", "## Searches (exact mode)", "", "| Search | Cases evaluated, shrinking included (budget) | Outcome | Replays |", "|---|---|---|---|"]
     for s in report["searches"]:
         replays = ({True: "yes", False: "no"}.get(s.get("reproduces"), "not replayed (interrupted)")) if s["found"] else "—"
@@ -545,6 +637,25 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bridge_markdown(bridge: dict[str, Any]) -> list[str]:
+    """The bridge's paragraph of check.md: the warm-up reached, then vacuous (why) or each algorithm's change of ``J``."""
+    if "skipped" in bridge:
+        return [f"Bridge: skipped ({bridge['skipped']})."]
+    w = bridge["warmup"]
+    warm = (f"format warm-up: P(valid first answer) {w['p_valid']:.3f} (lowest over seeds) after at most {w['steps']} "
+            f"steps, target {w['threshold']:g}")
+    if bridge["vacuous"] and bridge["row"] is None:
+        return [f"Bridge (tiny-qwen3): **vacuous**: {bridge['vacuous']}."]
+    b = bridge["row"]
+    lines = [f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps at lr "
+             f"{b['lr']:g}; {warm}): {bridge['summary']}. J* {b['J_star']:.4f}; {b['decreases_total']} of "
+             f"{b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}); sampled updates: "
+             "decreases there are expected noise, not violations."]
+    if bridge["vacuous"]:
+        lines += ["", f"The bridge is **vacuous**: {bridge['vacuous']}."]
+    return lines
+
+
 def figure(report: dict[str, Any], path: Path) -> None:
     """Exact ``J`` per iteration on the toy problems (worst instance of each exact cell) and per bridge step."""
     import matplotlib
@@ -563,6 +674,10 @@ def figure(report: dict[str, Any], path: Path) -> None:
     runs = report["bridge"].get("runs") or []
     for r in runs:
         ax2.plot(r["J"], marker=".", label=f"seed {r['seed']}")
+    for preset, base in (report["bridge"].get("baselines") or {}).items():  # the built-ins, same seeds and settings
+        for k, r in enumerate(base["runs"]):
+            ax2.plot(r["J"], ls="--", lw=0.8, color="C7" if preset == "grpo" else "C9",
+                     label=f"{preset} (built-in)" if k == 0 else None)
     if runs:
         ax2.axhline(runs[0]["J_star"], color="k", ls=":", lw=0.8, label="J*")
         ax2.legend(fontsize=8)

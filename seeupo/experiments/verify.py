@@ -48,6 +48,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.contract import exact_mode_refusal
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.tabular.problems import TreeMDP, random_token_bandit
 from seeupo.experiments.verdicts import (
@@ -208,7 +209,8 @@ class VerifyConfig:
     grid: ``"table1"`` (the paper's rows and SeeUPO's order ablations) or ``"full"`` (every
       advantage estimator x every update; see :func:`full_grid_rows`).
     algorithms: registered algorithms (preset names) to run instead of ``grid``
-      (:func:`algorithm_rows`); an estimator without an exact mode gets sampled cells only.
+      (:func:`algorithm_rows`); an estimator that exact mode refuses
+      (:func:`seeupo.core.contract.exact_mode_refusal`) gets sampled cells only.
     plugins: the plugins that registered them (``NAME@sha256:HEX``, :mod:`seeupo.plugins`),
       loaded by every worker process and recorded in the report.
     """
@@ -271,23 +273,11 @@ def refused_cell(row: Row, setting: str, parameterization: str, cfg: VerifyConfi
                       refused_label(reason), 0, [], float("nan"), 0.0, refused=reason)
 
 
-def exact_refusal(advantage: str) -> str | None:
-    """Why exact mode refuses the estimator ``advantage``, or ``None`` when it runs it.
-
-    Asks the registry's ``exact_mode_refusal(entry)`` (the check of the estimator's symmetry in
-    its group, :mod:`seeupo.core.registry`) where the registry provides one; without it nothing
-    is refused here (an estimator registered with ``exact=False`` has no exact cells anyway).
-    """
-    from seeupo.core import registry
-
-    entry = adv_estimator(advantage)
-    if not entry.exact:
-        return None
-    method = getattr(entry, "exact_mode_refusal", None)
-    if callable(method):
-        return method()
-    function = getattr(registry, "exact_mode_refusal", None)
-    return function(entry) if callable(function) else None
+def exact_refusal(config: AlgorithmConfig, group_size: int) -> str | None:
+    """Why exact mode refuses ``config``'s estimator with groups of ``group_size``, or ``None`` when it runs it
+    (:func:`seeupo.core.contract.exact_mode_refusal`: ``registered with exact=False``, or a failed check
+    of what exact mode assumes, such as symmetry in the group)."""
+    return exact_mode_refusal(config.replace(group_size=group_size))
 
 
 def make_problems(cfg: VerifyConfig, turns: int) -> TreeMDP:
@@ -347,18 +337,21 @@ def _table1_replays(cfg: VerifyConfig, keys: list[tuple[str, str]]) -> dict[tupl
 
 
 def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | None, cfg: VerifyConfig,
-                 examples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 examples: list[dict[str, Any]] | None = None, refused: str | None = None) -> dict[str, Any]:
     """One Table 1 cell: the paper's claim, what was measured, whether they agree, and why.
 
-    ``examples``: the cell's saved counterexamples, replayed (default: replay them now).
+    ``examples``: the cell's saved counterexamples, replayed (default: replay them now). ``refused``:
+    why exact mode refused the row's estimator (:func:`~seeupo.core.contract.exact_mode_refusal`).
     """
     claim = row.claim_st if setting == "ST" else row.claim_mt
     if cell is None:
-        return {"paper": claim or "—", "measured": "—", "agreement": "not run" if claim else "no claim",
-                "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
+        entry = {"paper": claim or "—", "measured": "—", "agreement": "not run" if claim else "no claim",
+                 "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
+        return entry | ({"measured": f"exact: refused ({refused})", "exact_refused": refused} if refused else {})
     cell = dataclasses.asdict(cell) if isinstance(cell, CellResult) else cell
     if cell.get("refused"):
         return {"paper": claim or "—", "measured": cell["verdict"], "agreement": "not run" if claim else "no claim",
+                "exact_refused": cell["refused"],
                 "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
     examples = table1_counterexamples(cfg, row.name, setting) if examples is None else examples
     replaying = [e for e in examples if e["reproduces"]]
@@ -482,22 +475,24 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
             raise ValueError(f"unknown grid {cfg.grid!r}; expected 'table1' or 'full'")
         rows = table1_rows(cfg.exact_epochs) if cfg.grid == "table1" else full_grid_rows(cfg.exact_epochs)
     by_name = {r.name: r for r in rows}
-    refusals = {r.name: exact_refusal(r.config.advantage) for r in rows} if "exact" in cfg.modes else {}
+    # exact mode's contract, checked here (once per algorithm) before any cell runs: a refused
+    # estimator gets sampled cells only, and the reason is recorded (and shown where its exact cells would be)
+    refused = {r.name: exact_refusal(r.config, cfg.group_size) for r in rows}
     cells = [
         (row, setting, mode, param, cfg)
         for row in rows
         for setting in ("ST", "MT")
         if not (setting == "ST" and row.config.schedule == "sequential")
         for mode in cfg.modes
-        if mode == "sampled" or adv_estimator(row.config.advantage).exact
+        if mode == "sampled" or adv_estimator(row.config.advantage).exact  # a refused one: its exact cells say why
         for param in cfg.parameterizations
     ]
-    tasks = [t for t in cells if not (t[2] == "exact" and refusals.get(t[0].name))]
+    tasks = [t for t in cells if not (t[2] == "exact" and refused[t[0].name])]
     start = time.perf_counter()
-    results: list[CellResult] = [refused_cell(t[0], t[1], t[3], cfg, refusals[t[0].name]) for t in cells if t not in tasks]
+    results: list[CellResult] = [refused_cell(t[0], t[1], t[3], cfg, refused[t[0].name]) for t in cells if t not in tasks]
     say = progress or (lambda _msg: None)
-    for name, reason in refusals.items():
-        if reason:
+    for name, reason in refused.items():
+        if reason and "exact" in cfg.modes:
             say(f"{name}: {refused_label(reason)}; its sampled cells still run")
 
     def record(res: CellResult) -> None:
@@ -535,14 +530,14 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         }
         for setting in ("ST", "MT"):
             cell = next((r for r in results if r.row == row.name and r.setting == setting and r.mode == "exact" and r.parameterization == "independent"), None)
-            entry[setting] = table1_entry(row, setting, cell, cfg, replays.get((row.name, setting), []))
+            entry[setting] = table1_entry(row, setting, cell, cfg, replays.get((row.name, setting), []), refused[row.name])
         table.append(entry)
     report = {
         "config": dataclasses.asdict(cfg),
         "algorithms": {r.name: r.config.to_dict() | {"optimizer": r.optimizer, "lr": r.lr} for r in by_name.values()},
         "table1": table,
-        "no_exact_mode": [r.name for r in rows if not adv_estimator(r.config.advantage).exact],
-        "exact_refused": {name: reason for name, reason in refusals.items() if reason},
+        "no_exact_mode": [name for name, reason in refused.items() if reason is not None],
+        "exact_refused": {name: reason for name, reason in refused.items() if reason is not None},
         "cells": [dataclasses.asdict(r) for r in results],
         "counterexamples": [],
         "partial": partial,
@@ -677,10 +672,10 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
         )
     lines.append("")
     lines += [f"[{k}] {n}" + "  " for k, n in enumerate(notes, 1)]
-    no_exact = report.get("no_exact_mode", [])
-    if no_exact:
-        lines += ["", f"No exact mode (advantage estimator registered with exact=False): {', '.join(no_exact)}; "
-                  "only sampled cells were run.", ""]
+    refused = report.get("exact_refused") or {name: "registered with exact=False" for name in report.get("no_exact_mode", [])}
+    if refused:
+        lines += ["", "; ".join(f"{name}: exact: refused ({reason})" for name, reason in refused.items())
+                  + "; only sampled cells were run.", ""]
     if cfg.get("plugins") and not embedded:
         lines += ["", "Plugins: " + ", ".join(f"`{p}`" for p in cfg["plugins"]), ""]
     found = disagreements(report)

@@ -51,6 +51,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.boundary import call_aggregation
 from seeupo.core.losses import policy_objective, row_coefficients
 from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, AdvantageEstimator, adv_estimator, aggregation, policy_loss
 from seeupo.core.update import compute_advantages
@@ -329,5 +330,5 @@ def _coefficients(batch: SampleBatch, agg: str, den_key: str, info: dict[str, An
         return row_coefficients(batch, agg)
     dtype = batch.logp_old.dtype
     n_tokens = (batch.token_mask & batch.valid[:, None]).sum(1).to(dtype)
-    per_row, _ = aggregation(agg).fn(n_tokens, batch.valid.to(dtype))
+    per_row, _ = call_aggregation(aggregation(agg), n_tokens, batch.valid.to(dtype))
     return per_row * (dp_size / float(den))

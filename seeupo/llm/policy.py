@@ -67,6 +67,7 @@ from seeupo.llm.layout import packing_plan, shared_prefix_lengths
 from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
 from seeupo.llm.memory import auto_token_budget, is_checkpointed
 from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree
+from seeupo.validation import InputError
 
 Tensor = torch.Tensor
 
@@ -234,10 +235,11 @@ def _scoring_passes(
     if strict_budget and max_tokens is not None and forwarded_rows.numel():
         longest = int(lengths[forwarded_rows].max())
         if longest > max_tokens:
-            raise ValueError(
-                f"a row of {longest} tokens cannot fit one pass: this device's memory allows {max_tokens} tokens per "
-                "pass (chosen from the model's shape and the free memory); turn on activation checkpointing, use a "
-                "larger GPU, or shorten the contexts (rollout.max_context)")
+            raise InputError(
+                "optim.micro_batch_tokens",
+                f"unset, so chosen from this device's memory: {max_tokens} tokens per pass, but a row of {longest} "
+                "tokens cannot fit one pass; turn on activation checkpointing, use a larger GPU, or shorten the "
+                "contexts (rollout.max_context)")
     slot_of = torch.full((batch.num_rows,), -1, dtype=torch.long)
     passes: list[_Pass | None] = []
     for forwarded in plan:

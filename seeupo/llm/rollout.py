@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 
 from seeupo.llm.models import cache_argument, keeps_every_key, output_cache
+from seeupo.llm.tree_attention import base_attention
 
 Tensor = torch.Tensor
 
@@ -157,7 +158,7 @@ class _StaticDecoder:
         self.cache = _PreallocatedCache(config.num_hidden_layers, batch, heads, length, dim, dtype, device)
         self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        if config._attn_implementation == "sdpa":  # True: attend
+        if base_attention(config) == "sdpa":  # True: attend
             self.visible, self.hidden = True, False
             self.mask = torch.zeros(batch, 1, 1, length, dtype=torch.bool, device=device)
         else:  # eager: added to the scores
@@ -337,7 +338,7 @@ class HFGenerateEngine:
     def static_supported(self) -> bool:
         """Whether the model can take the static path: every layer keeps every key, and SDPA or eager attention."""
         config = self.model.config
-        return keeps_every_key(config) and getattr(config, "_attn_implementation", None) in _STATIC_ATTENTION
+        return keeps_every_key(config) and base_attention(config) in _STATIC_ATTENTION
 
     def resolved_cache(self) -> str:
         """The cache the next call decodes with: ``"dynamic"`` or ``"static"`` (``"auto"`` resolved)."""

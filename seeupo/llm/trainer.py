@@ -60,16 +60,31 @@ def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, f
     """Run an environment's supervised warm-up ``spec`` on ``policy``'s model, before training.
 
     The first step of a run that has one (e.g. the bridge's format warm-up, on the whole model,
-    before any copy or shard of it): ``spec.steps`` Adam steps at ``spec.lr``, each on one batch
-    of ``spec.examples`` drawn with a generator seeded by ``spec.seed``, minimising the batch's
-    mean negative log-likelihood of the responses (summed over each response's tokens) given their
-    contexts. Deterministic given the model, the spec and the policy's temperature. Returns
-    ``{spec.metric: mean log-likelihood}`` of the last batch, measured before its step.
+    before any copy or shard of it): up to ``spec.steps`` Adam steps at ``spec.lr``, each on one
+    batch of ``spec.examples`` drawn with a generator seeded by ``spec.seed``, minimising the
+    batch's mean negative log-likelihood of the responses (summed over each response's tokens)
+    given their contexts. Without ``spec.target`` it takes exactly ``spec.steps`` steps; with
+    ``spec.target = (name, measure, threshold)`` it measures ``measure(policy)`` before the first
+    step and every ``spec.check_every`` steps and stops once the value is at least
+    ``threshold`` (the steps taken are those of the fixed-length warm-up, cut short).
+    Deterministic given the model, the spec and the policy's temperature.
+
+    Returns ``{spec.metric: mean log-likelihood}`` of the last batch, measured before its step
+    (NaN when no step was needed); with a target also ``{name: value reached,
+    warm_up_steps_metric(spec): steps taken}``.
     """
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=spec.lr)
     loglik = math.nan
-    for _ in range(spec.steps):
+    taken, reached = 0, None
+    while True:
+        if spec.target is not None and (taken % spec.check_every == 0 or taken == spec.steps):
+            _, measure, threshold = spec.target
+            reached = float(measure(policy))
+            if reached >= threshold:
+                break
+        if taken == spec.steps:
+            break
         contexts, responses = spec.examples(generator)
         batch = scoring_batch(contexts, responses, tokenizer.pad_token_id or 0)
         loss = -policy.token_logps(batch).sum(1).mean()
@@ -77,7 +92,16 @@ def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, f
         loss.backward()
         optimizer.step()
         loglik = -float(loss.detach())
-    return {spec.metric: loglik}
+        taken += 1
+    logs = {spec.metric: loglik}
+    if spec.target is not None:
+        logs |= {spec.target[0]: reached, warm_up_steps_metric(spec): float(taken)}
+    return logs
+
+
+def warm_up_steps_metric(spec: WarmUp) -> str:
+    """The name under which :func:`warm_up` logs the steps it took (``spec.target`` set)."""
+    return spec.metric.removesuffix("_loglik") + "_steps"
 
 
 def _no_prompt_fits(limit: int, shortest: int | None) -> InputError:
@@ -142,7 +166,13 @@ class Trainer:
         if check_prompts:
             self._check_prompts_fit()
         if prepare and self.env.warm_up is not None:
-            self.setup_metrics |= warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), self.env.warm_up, tokenizer)
+            spec = self.env.warm_up
+            self.setup_metrics |= warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), spec, tokenizer)
+            if spec.target is not None and self.setup_metrics[spec.target[0]] < spec.target[2]:
+                # the run goes on (it is the user's to stop), but its RL steps may see no signal at all
+                warnings.warn(f"the warm-up stopped at its cap of {spec.steps} steps with {spec.target[0]} = "
+                              f"{self.setup_metrics[spec.target[0]]:.4f}, below its target {spec.target[2]:g}; "
+                              "the training steps may get no learning signal", stacklevel=2)
         if prepare and self.env.prepare is not None:
             self.setup_metrics |= self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
 

@@ -307,6 +307,13 @@ def _register(base: str) -> str:
     return name
 
 
+def base_attention(config: Any) -> str | None:
+    """The attention implementation ``config`` names, as transformers knows it: ``"sdpa"`` for
+    ``"seeupo_tree_sdpa"`` (tree attention passes every other call to it unchanged)."""
+    name = getattr(config, "_attn_implementation", None)
+    return name.removeprefix(_PREFIX) if isinstance(name, str) else name
+
+
 def enable_tree_attention(model: torch.nn.Module) -> str | None:
     """Make ``model`` (a transformers model or backbone) compute :class:`TreeMask` passes; ``None`` if it
     can, else a one-line reason why not (the model is then left as it was).

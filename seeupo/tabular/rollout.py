@@ -28,6 +28,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.contract import require_exact_mode
 from seeupo.core.registry import adv_estimator
 from seeupo.core.update import compute_advantages
 from seeupo.tabular.exact import evaluate
@@ -193,14 +194,12 @@ def exact_advantages(
     critic or the oracle supply exact values). Group estimators see each path with every
     configuration of its group-mates: the estimator's closed form (:func:`exact_batch`) when it
     declares ``group_stats_closed_form`` and ``closed_form`` is set, else the generic enumeration
-    (:func:`exact_group_batch`). An estimator registered with ``exact=False`` is refused in one line.
+    (:func:`exact_group_batch`). An estimator that exact mode refuses (registered with ``exact=False``,
+    or failing a check of :func:`seeupo.core.contract.exact_mode_refusal`) is refused in one line
+    (:class:`~seeupo.core.contract.ExactModeRefused`).
     """
+    require_exact_mode(cfg)  # checked once per estimator and configuration in a process
     estimator = adv_estimator(cfg.advantage)
-    if not estimator.exact:
-        raise ValueError(
-            f"advantage estimator {cfg.advantage!r} is registered with exact=False: the exact mode cannot compute "
-            "its expectation; use the sampled mode"
-        )
     if estimator.needs_group_stats and not (closed_form and estimator.group_stats_closed_form):
         batch, own = exact_group_batch(problem, policy, cfg, max_rows=max_rows)
         adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),

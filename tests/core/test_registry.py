@@ -249,7 +249,9 @@ def test_turn_order_that_is_no_permutation_is_a_one_line_error(registered):
     registered.append((TURN_ORDERS, "first_twice"))
     with pytest.raises(ValueError) as err:
         turn_order(AlgorithmConfig(order="first_twice"), 2)
-    assert "\n" not in str(err.value) and "order='first_twice' gives [0, 0], not a permutation" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert "turn order 'first_twice' (tests/core/test_registry.py:" in str(err.value)
+    assert "expected a permutation of the turns 0..1 (a list of ints), got [0, 0]" in str(err.value)
 
 
 def test_registered_m_factor_is_valid_in_config_and_drives_the_weights(registered, make_batch):

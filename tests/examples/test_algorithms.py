@@ -4,13 +4,11 @@ their numbers against hand computations, and short tabular runs."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from seeupo import plugins
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import PRESETS, preset
 from seeupo.core.losses import aggregate, policy_objective, row_coefficients
@@ -21,20 +19,6 @@ from seeupo.tabular.train import RunConfig, run
 ALGORITHMS = Path(__file__).resolve().parents[2] / "examples" / "algorithms"
 DT = torch.float64
 EPS = 1e-6  # the plugins' std epsilon, as the built-in GRPO's
-
-
-@pytest.fixture
-def load():
-    """Load an example plugin and return its module; afterwards unregister what it registered, and forget it."""
-    plugins.forget_plugins()
-
-    def _load(stem: str):
-        path = ALGORITHMS / f"{stem}.py"
-        plugins.load_plugin(str(path))
-        return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path.resolve()))
-
-    yield _load
-    plugins.forget_plugins()
 
 
 def make_batch(*, traj_id, group_id, returns, tokens, turn=None, reward=None, valid=None, weight=None,

@@ -166,11 +166,11 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
 
 
 def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
-    # until the registry checks symmetry itself, stand in for its exact_mode_refusal(entry)
-    from seeupo.core import registry
+    # stand in for the contract check's answer on an estimator that fails it (seeupo.core.contract)
+    from seeupo.experiments import verify as verify_module
     from seeupo.experiments.verify import VerifyConfig, markdown, verify
 
-    monkeypatch.setattr(registry, "exact_mode_refusal", lambda entry: "not symmetric in its group", raising=False)
+    monkeypatch.setattr(verify_module, "exact_mode_refusal", lambda cfg: "not symmetric in its group")
     cfg = VerifyConfig(instances=2, iterations=2, workers=1, algorithms=("grpo",), parameterizations=("independent",),
                        counterexample_dir="")
     report = verify(cfg)

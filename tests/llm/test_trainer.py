@@ -313,3 +313,36 @@ def test_the_trainer_warms_up_the_fresh_model_and_logs_it_at_step_0(tmp_path):
     untouched = Trainer(cfg, prepare=False)
     assert untouched.setup_metrics == {}
     assert all(torch.equal(v, fresh[k]) for k, v in untouched.model.state_dict().items())
+
+
+def test_a_warm_up_with_a_target_stops_once_it_is_met_and_logs_what_it_reached(tiny32):
+    """With ``WarmUp.target`` the warm-up measures before the first step and every ``check_every``
+    steps, stops at the first measurement at or above the threshold, and logs it with the steps
+    taken; a target it never meets runs to the cap and logs the value there. The bridge's measure
+    is the exact probability of a valid first answer, which the warm-up raises."""
+    import copy
+    import dataclasses
+
+    from seeupo.llm.envs import make_environment
+    from seeupo.llm.envs.bridge import BridgeOptions, Spelling, bridge_problem, valid_first_answer_prob
+    from seeupo.llm.policy import CausalLMPolicy
+    from seeupo.llm.trainer import warm_up
+
+    model, tok = tiny32
+    spec = make_environment("bridge", {"warmup_steps": 6, "warmup_lr": 1e-2, "warmup_target": 0.5,
+                                       "warmup_check_every": 2}, tok, seed=7).warm_up
+    name, measure, threshold = spec.target
+    assert (name, threshold, spec.check_every) == ("bridge/warmup_valid_prob", 0.5, 2)
+
+    seen: list[float] = []
+    counted = dataclasses.replace(spec, target=(name, lambda p: seen.append(len(seen)) or float(len(seen) >= 3), 1.0))
+    logs = warm_up(CausalLMPolicy(copy.deepcopy(model), temperature=0.8), counted, tok)
+    assert seen == [0, 1, 2] and logs["bridge/warmup_steps"] == 4 and logs[name] == 1.0  # measured at steps 0, 2, 4
+
+    never = dataclasses.replace(spec, target=(name, measure, 1.1))
+    policy = CausalLMPolicy(copy.deepcopy(model), temperature=0.8)
+    problem = bridge_problem(BridgeOptions())  # the options above leave the problem at its defaults
+    before = valid_first_answer_prob(policy, tok, problem, Spelling.for_problem(problem, tok, BridgeOptions().alphabet))
+    logs = warm_up(policy, never, tok)
+    assert logs["bridge/warmup_steps"] == 6 and logs[name] > before  # the cap, and the format was being learnt
+    assert logs[name] == pytest.approx(measure(policy), abs=1e-12)

@@ -18,6 +18,7 @@ import torch
 pytest.importorskip("transformers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 
 from seeupo.llm.memory import activation_bytes_per_token, auto_token_budget
+from seeupo.validation import InputError
 from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy
 from seeupo.llm.tree_attention import (
@@ -181,7 +182,7 @@ def test_a_row_over_a_memory_budget_is_refused_before_any_pass(exact64, lm_batch
     policy._budget._value, policy._budget._known = 10, True  # as a GPU whose memory allows 10 tokens
     calls: list[int] = []
     handle = policy.model.register_forward_pre_hook(lambda *a: calls.append(1))
-    with pytest.raises(ValueError, match="a row of 12 tokens cannot fit one pass: this device's memory allows 10"):
+    with pytest.raises(InputError, match="micro_batch_tokens.*chosen from this device's memory: 10 tokens per pass, but a row of 12"):
         policy.token_logps(batch)
     handle.remove()
     assert calls == []

@@ -342,7 +342,7 @@ def test_registered_estimator_without_exact_mode_is_refused_there_and_runs_sampl
         cfg = AlgorithmConfig(advantage="raw_return_test", group_size=2)
         with pytest.raises(ValueError, match="advantage 'raw_return_test' has no exact mode; use the sampled mode"):
             exact_batch(problem, policy, cfg)
-        with pytest.raises(ValueError, match="'raw_return_test' is registered with exact=False"):
+        with pytest.raises(ValueError, match=r"'raw_return_test' \(.*\): exact: refused \(registered with exact=False\)"):
             exact_advantages(problem, policy, cfg)
         batch = sample_batch(problem, policy, 3, cfg.group_size, torch.Generator().manual_seed(0))
         adv = compute_advantages(batch, cfg)

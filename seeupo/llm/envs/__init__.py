@@ -39,6 +39,12 @@ class WarmUp:
     seed: seeds the one generator every batch is drawn with.
     metric: the name of the warm-up's final mean log-likelihood in the run's step-0 metrics
       (e.g. ``bridge/warmup_loglik``).
+    target: an optional stopping rule ``(name, measure, threshold)``: ``measure(policy)`` is a
+      number the warm-up should raise (the bridge: the exact probability of a valid first
+      answer); it is measured before the first step and every ``check_every`` steps, the
+      warm-up stops as soon as it is at least ``threshold``, and ``steps`` becomes a cap. The
+      value reached is logged as ``name``. ``None``: exactly ``steps`` steps.
+    check_every: steps between two measurements of ``target``.
     """
 
     examples: Callable[[torch.Generator], tuple[list[list[int]], list[list[int]]]]
@@ -46,10 +52,14 @@ class WarmUp:
     lr: float
     seed: int
     metric: str
+    target: tuple[str, Callable[[Any], float], float] | None = None
+    check_every: int = 5
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"a warm-up takes at least one step, not {self.steps} (no warm-up: no WarmUp)")
+        if self.check_every < 1:
+            raise ValueError(f"a warm-up measures its target every check_every >= 1 steps, not {self.check_every}")
 
 
 @dataclass

@@ -253,28 +253,42 @@ def exact_action_probs(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: 
     Column ``A_t`` is the invalid action (the probability of any other response). ``policy`` is
     a :class:`seeupo.llm.policy.CausalLMPolicy` (its temperature is the sampling temperature).
     """
+    return [_turn_action_probs(policy, tokenizer, problem, spelling, t) for t in range(problem.num_turns)]
+
+
+def _turn_action_probs(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spelling, t: int) -> Tensor:
+    """Turn ``t``'s part of :func:`exact_action_probs`: ``[1, N_t, A_t + 1]``."""
     from seeupo.llm.layout import scoring_batch
 
     chat = ChatDelta(tokenizer)
-    out = []
-    for t, a_t in enumerate(problem.actions_per_turn):
-        original = _original_index(problem, t)
-        probs = torch.full((1, original.numel(), a_t + 1), 1.0 / (a_t + 1), dtype=DTYPE)
-        live = [h for h in range(original.numel()) if original[h] >= 0]
-        contexts, responses = [], []
-        for h in live:
-            s0, actions, observations = decode_history(problem, t, int(original[h]))
-            ctx = history_context(chat, problem, spelling, s0, actions, observations)
-            for a in range(a_t):
-                contexts.append(ctx)
-                responses.append(spelling.action_ids(a))
-        if live:
-            batch = scoring_batch(contexts, responses, tokenizer.pad_token_id or 0, DTYPE)
-            action_p = policy.token_logps(batch).to(DTYPE).sum(1).exp().reshape(len(live), a_t)
-            probs[0, live, :a_t] = action_p
-            probs[0, live, a_t] = (1.0 - action_p.sum(1)).clamp_min(0.0)
-        out.append(probs)
-    return out
+    a_t = problem.actions_per_turn[t]
+    original = _original_index(problem, t)
+    probs = torch.full((1, original.numel(), a_t + 1), 1.0 / (a_t + 1), dtype=DTYPE)
+    live = [h for h in range(original.numel()) if original[h] >= 0]
+    contexts, responses = [], []
+    for h in live:
+        s0, actions, observations = decode_history(problem, t, int(original[h]))
+        ctx = history_context(chat, problem, spelling, s0, actions, observations)
+        for a in range(a_t):
+            contexts.append(ctx)
+            responses.append(spelling.action_ids(a))
+    if live:
+        batch = scoring_batch(contexts, responses, tokenizer.pad_token_id or 0, DTYPE)
+        action_p = policy.token_logps(batch).to(DTYPE).sum(1).exp().reshape(len(live), a_t)
+        probs[0, live, :a_t] = action_p
+        probs[0, live, a_t] = (1.0 - action_p.sum(1)).clamp_min(0.0)
+    return probs
+
+
+@torch.no_grad()
+def valid_first_answer_prob(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spelling) -> float:
+    """The exact probability that the language model's first answer is a valid action.
+
+    Enumerated like ``J`` (turn 0 of :func:`exact_action_probs`), averaged over the initial
+    states with the problem's ``rho``.
+    """
+    invalid = _turn_action_probs(policy, tokenizer, problem, spelling, 0)[0, :, -1]  # [N_0]: one row per s0
+    return float((problem.initial_state_probs[0].to(DTYPE) * (1.0 - invalid)).sum())
 
 
 def exact_J(policy: Any, tokenizer: Any, problem: TreeMDP, spelling: Spelling, invalid_reward: float = 0.0) -> tuple[float, float]:
@@ -299,6 +313,13 @@ class BridgeOptions:
     warmup_steps, warmup_lr: Adam steps of the format warm-up (the spec's ``warm_up``, which the
       trainer runs before training: supervised steps on uniformly random valid actions, so that a
       random model answers in the format, the analogue of an instruction-tuned start); 0 to skip.
+    warmup_target: if set, the warm-up stops as soon as the exact probability of a valid first
+      answer (:func:`valid_first_answer_prob`, measured every ``warmup_check_every`` steps and
+      before the first) is at least this, and ``warmup_steps`` is a cap; the probability reached
+      and the steps taken are logged at step 0 (``bridge/warmup_valid_prob``,
+      ``bridge/warmup_steps``). Why: with a random model almost every answer is invalid, every
+      return is 0 and a group-relative update has nothing to learn from; a fixed step count
+      does not say whether the format was learnt. ``None``: exactly ``warmup_steps`` steps.
     """
 
     instance: str | None = None
@@ -316,6 +337,8 @@ class BridgeOptions:
     num_tasks: int = 64
     warmup_steps: int = 40
     warmup_lr: float = 3e-3
+    warmup_target: float | None = None
+    warmup_check_every: int = 5
 
     def __post_init__(self) -> None:
         if self.instance is not None and self.gamma is not None:
@@ -325,7 +348,7 @@ class BridgeOptions:
 BRIDGE_BOUNDS = {"turns": (1, 6), "actions": (1, 16), "observations": (1, 4), "initial_states": (1, 8),
                  "reward_levels": (2, 1000), "terminate_prob": (0.0, 1.0), "problem_seed": (0, 2**63 - 1), "gamma": (0.0, 1.0),
                  "invalid_reward": (-1e6, 1e6), "num_tasks": (1, 100_000), "warmup_steps": (0, 100_000),
-                 "warmup_lr": (0.0, 1.0)}
+                 "warmup_lr": (0.0, 1.0), "warmup_target": (0.0, 1.0), "warmup_check_every": (1, 100_000)}
 
 
 def bridge_problem(opts: BridgeOptions) -> TreeMDP:
@@ -434,8 +457,13 @@ def make_bridge(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
     warm_up = None
     if opts.warmup_steps > 0:  # the format warm-up: the trainer runs it on the fresh model
         chat = ChatDelta(tokenizer)
+        target = None
+        if opts.warmup_target is not None:
+            target = ("bridge/warmup_valid_prob", lambda policy: valid_first_answer_prob(policy, tokenizer, problem, spelling),
+                      opts.warmup_target)
         warm_up = WarmUp(examples=lambda generator: format_examples(chat, problem, spelling, generator),
-                         steps=opts.warmup_steps, lr=opts.warmup_lr, seed=seed, metric="bridge/warmup_loglik")
+                         steps=opts.warmup_steps, lr=opts.warmup_lr, seed=seed, metric="bridge/warmup_loglik",
+                         target=target, check_every=opts.warmup_check_every)
 
     return EnvSpec(
         tasks=tasks,

@@ -1,0 +1,184 @@
+"""``seeupo.experiments.explain``: the numbers of an explanation against hand computations, the
+committed DAPO and MT-GRPO counterexamples (paper_repro/algorithms), and ``seeupo replay --explain``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from seeupo import plugins
+from seeupo.cli import main
+from seeupo.core.config import preset
+from seeupo.experiments.counterexamples import Case, Counterexample, record
+from seeupo.experiments.explain import BEGIN, END, VANISHING, amplification, explain, render, restate, summary_line
+from seeupo.tabular.problems import DTYPE, TreeMDP
+from seeupo.tabular.train import RunConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+ALGORITHMS = ROOT / "examples" / "algorithms"
+CHECKS = ROOT / "paper_repro" / "algorithms"
+DAPO = CHECKS / "dapo" / "counterexamples" / "dapo_st_stochastic.json"
+MT_GRPO = CHECKS / "mt_grpo" / "counterexamples" / "mt_grpo_mt_stochastic.json"
+EPS = 1e-6  # the std constant of GRPO and of the plugins
+
+
+def one_turn_bandit() -> TreeMDP:
+    """Action 0 pays 0.4 with probability 2/3, else 0 (Q = 0.8/3); action 1 pays 0.3 for sure (Q = 0.3)."""
+    obs = torch.tensor([[[[2 / 3, 1 / 3], [0.5, 0.5]]]], dtype=DTYPE)
+    rew = torch.tensor([[[[0.4, 0.0], [0.3, 0.3]]]], dtype=DTYPE)
+    return TreeMDP(torch.ones(1, 1, dtype=DTYPE), (2,), (2,), [obs], [rew], [torch.ones(1, 1, 2, 2, dtype=torch.bool)])
+
+
+def pair_advantage(d: float) -> float:
+    """GRPO's advantage of the winner of a pair of returns ``d`` apart: ``(d / 2) / (d / sqrt 2 + eps)``
+    (the unbiased std of two numbers ``d`` apart is ``d / sqrt 2``); the loser gets its negative."""
+    return (d / 2) / (d / math.sqrt(2) + EPS)
+
+
+def test_hand_made_bandit_grpo_g2_gives_the_worse_action_a_positive_expected_advantage():
+    # GRPO, G = 2, uniform start, one plain SGD step of lr 1 on the surrogate
+    cfg = preset("grpo").replace(group_size=2, epochs=1)
+    run = RunConfig(optimizer="sgd", lr=1.0, init_scale=0.0)
+    example = record(Case(one_turn_bandit(), None, cfg, run, 1), "monotone", "hand-made one-turn bandit")
+    e = explain(example)
+
+    # the returns under the uniform policy: 0.4 w.p. 1/3, 0 w.p. 1/6, 0.3 w.p. 1/2
+    q0, q1 = 0.8 / 3, 0.3
+    v = (q0 + q1) / 2
+    assert e.J_before == pytest.approx(v, abs=1e-15)
+    a0, a1 = e.actions
+    assert (a0.q, a1.q) == (pytest.approx(q0), pytest.approx(q1))
+    assert (a0.true_advantage, a1.true_advantage) == (pytest.approx(q0 - v), pytest.approx(q1 - v))  # -1/60, +1/60
+
+    # E[A_hat | a]: the own return against the group-mate's (a tie gives 0)
+    c = pair_advantage
+    e0 = 2 / 3 * (1 / 6 * c(0.4) + 1 / 2 * c(0.1)) - 1 / 3 * (1 / 3 * c(0.4) + 1 / 2 * c(0.3))
+    e1 = 1 / 3 * -c(0.1) + 1 / 6 * c(0.3)
+    assert a0.expected_advantage == pytest.approx(e0, rel=1e-9)
+    assert a1.expected_advantage == pytest.approx(e1, rel=1e-9)
+    assert e0 == pytest.approx(1 / (6 * math.sqrt(2)), abs=1e-5)  # +0.1178: the worse action is favoured
+    assert f"{a0.expected_advantage:+.6f}" == "+0.117848"
+    # each class's advantage and weight: action 0 with return 0.4 against a mate of 0 (1/2 x 2/3 x 1/6)
+    assert any(cl.trajectory_return == 0.4 and cl.advantage == pytest.approx(c(0.4)) and cl.weight == pytest.approx(1 / 18)
+               for cl in a0.classes)
+    assert sum(cl.weight for cl in a0.classes) == pytest.approx(0.5)
+
+    # the surrogate (token mean of r A) is sum_a pi'(a) E[A_hat | a]; at the start its gradient in the logit
+    # of b is pi(b) (E[A_hat | b] - sum_a pi(a) E[A_hat | a]), and grad J there is pi(b) (Q(b) - V)
+    g = [0.5 * (e0 - (e0 + e1) / 2), 0.5 * (e1 - (e0 + e1) / 2)]
+    grad_j = [0.5 * (q0 - v), 0.5 * (q1 - v)]
+    assert e.update.slope == pytest.approx(g[0] * grad_j[0] + g[1] * grad_j[1], rel=1e-9)
+    assert e.update.gradient_norm == pytest.approx(math.hypot(*g), rel=1e-9)
+    # one SGD step of lr 1 moves the logits by g: pi(1) = sigmoid(g1 - g0)
+    p1 = 1 / (1 + math.exp(-(g[1] - g[0])))
+    assert a1.prob_after == pytest.approx(p1, rel=1e-9)
+    assert e.J_after == pytest.approx((1 - p1) * q0 + p1 * q1, rel=1e-12)
+    assert e.J_after < e.J_before
+
+    assert e.cause == "advantage sign"
+    assert e.plain is None  # the update is plain gradient ascent already
+    assert "the worse action (Q - V -0.016667) gets expected advantage +0.117848" in summary_line(e)
+
+
+def test_hand_made_bandit_with_the_oracle_advantage_has_no_decrease():
+    cfg = preset("grpo").replace(advantage="oracle", epochs=1)
+    run = RunConfig(optimizer="sgd", lr=1.0, init_scale=0.0)
+    e = explain(record(Case(one_turn_bandit(), None, cfg, run, 1), "monotone", "oracle"))
+    # the oracle's expected advantage is the true one
+    for row in e.actions:
+        assert row.expected_advantage == pytest.approx(row.true_advantage, abs=1e-15)
+    assert e.cause == "no decrease" and e.J_after > e.J_before
+
+
+def test_committed_dapo_counterexample_is_the_optimizer(load):
+    load("dapo")
+    e = explain(Counterexample.load(DAPO))
+    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.125000", "0.123288")
+    assert e.reproduces and e.cause == "optimizer"
+    worse, better = e.actions  # action 0 pays 0.1; action 1 pays 0 or 0.3 (Q 0.15 = J*)
+    assert (worse.true_advantage, better.true_advantage) == (pytest.approx(-0.025), pytest.approx(0.025))
+    # both expected advantages are about -+2e-6, of the right sign
+    assert (f"{worse.expected_advantage:.1e}", f"{better.expected_advantage:.1e}") == ("-2.0e-06", "2.0e-06")
+    # G = 2: the std-scaled advantage only records who won the pair: +-(1/sqrt 2) / P(informative pair) = 1.6 / sqrt 2,
+    # up to the std constant
+    for row in e.actions:
+        for cl in row.classes:
+            assert cl.advantage == 0 or abs(abs(cl.advantage) - 1.6 / math.sqrt(2)) < 2e-5
+    # plain gradient ascent, same 40 steps of lr 0.2 from the same start: J rises by 2e-7
+    assert f"{e.plain.J[-1] - e.J_before:.1e}" == "2.0e-07"
+    assert e.plain.slope > 0 and e.update.slope > 0
+    assert amplification(e.update, e.plain) > 1e5  # Adam's first step: about lr per parameter, whatever the gradient
+    # Adam's normalised steps: up first, past the surrogate's optimum, and back below the start
+    assert max(e.update.J) > 0.134 and e.update.J[-1] == pytest.approx(e.J_after)
+    text = render(e)
+    assert "**Cause: optimizer.**" in text and "plain gradient ascent moves J by +2.0e-07" in text
+
+
+def test_dapo_without_the_std_constant_leaves_j_at_its_start(load, monkeypatch):
+    """The issue's statement that the +-2e-6 come from the 1e-6 added to the std: with 0 there, nothing moves."""
+    module = load("dapo")
+    monkeypatch.setattr(module, "EPS", 0.0)
+    example = Counterexample.load(DAPO)
+    e = explain(example)
+    # the two expected advantages cancel up to round-off (5.6e-17), which Adam's own epsilon (1e-8) keeps from
+    # becoming full steps: J moves by 6e-10, upwards
+    assert all(abs(row.expected_advantage) < 1e-15 for row in e.actions)
+    assert f"{example.recompute()[-1]:.6f}" == f"{e.J_after:.6f}" == "0.125000"
+    assert 0 <= e.J_after - e.J_before < 1e-9
+    assert e.cause == "no decrease"
+
+
+def test_committed_two_turn_mt_grpo_counterexample_is_the_advantage_sign(load):
+    load("mt_grpo")
+    e = explain(Counterexample.load(MT_GRPO))
+    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.279829", "0.278373")
+    assert e.reproduces and e.cause == "advantage sign"
+    first = [row for row in e.actions if row.turn == 0]
+    weaker = min(first, key=lambda row: row.q)
+    assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.112"
+    assert e.update.slope < 0 and e.plain.J[-1] < e.J_before  # plain gradient ascent lowers J too
+    assert "+0.112157" in summary_line(e)
+
+
+@pytest.mark.parametrize("stem, path, cause", [("dapo", DAPO, "optimizer"), ("mt_grpo", MT_GRPO, "advantage sign")])
+def test_replay_explain_on_the_command_line(capsys, stem, path, cause):
+    plugins.forget_plugins()
+    try:
+        code = main(["replay", str(path), "--plugin", str(ALGORITHMS / f"{stem}.py"), "--explain"])
+    finally:
+        plugins.forget_plugins()
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "reproduced" in out and f"**Cause: {cause}.**" in out
+    assert "| turn | history | action | return | advantage | weight |" in out
+
+
+def test_committed_seeupo_shared_counterexample_is_neither_sign_nor_vanishing_gradient():
+    """paper_repro/counterexamples/seeupo_mt_shared.json: the expected update points uphill and plain gradient ascent
+    raises J, but the gradient is not vanishing (Adam's first step only about 7 times plain ascent's): "step size"."""
+    e = explain(Counterexample.load(ROOT / "paper_repro" / "counterexamples" / "seeupo_mt_shared.json"))
+    assert e.reproduces and e.J_after < e.J_before
+    assert e.update.slope > 0 and e.plain.J[-1] > e.J_before
+    assert 1 < amplification(e.update, e.plain) < VANISHING
+    assert e.cause == "step size"
+    assert any("shared across turns" in r for r in e.reasons)
+
+
+def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(monkeypatch):
+    """The causes restated in paper_repro/algorithms/README.md and explanations.md are what the code says now."""
+    monkeypatch.chdir(ROOT)
+    plugins.forget_plugins()
+    try:
+        plugins.load_plugins([f"examples/algorithms/{stem}.py" for stem in ("dapo", "mt_grpo")], "--plugin")
+        files = sorted(str(p.relative_to(ROOT)) for p in CHECKS.glob("*/counterexamples/*.json"))
+        block, full = restate(files)
+    finally:
+        plugins.forget_plugins()
+    readme = (CHECKS / "README.md").read_text()
+    assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + block
+    assert (CHECKS / "explanations.md").read_text().endswith(full)
+    assert "dapo_st_stochastic.json`: J 0.125000 -> 0.123288; cause: the optimizer" in block
+    assert "mt_grpo_mt_stochastic.json`: J 0.279829 -> 0.278373; cause: the advantage's sign" in block
