@@ -41,7 +41,6 @@ def timed_check(name: str, extra: list[str]) -> dict:
             "max_examples": report.get("budget", {}).get("max_examples"),
             "iterations": report.get("budget", {}).get("verify", {}).get("iterations"),
             "bridge_seeds": report.get("budget", {}).get("bridge_seeds"),
-            "bridge_seeds_left_out": report.get("bridge", {}).get("seeds_left_out"),
             "verdict": (report.get("monotonicity") or {}).get("measured"), "stderr_tail": done.stderr[-400:],
             "within_limit": seconds <= LIMIT_SECONDS}
 
@@ -63,7 +62,7 @@ def main() -> None:
     for r in runs:
         print(f"check {r['algorithm']}{' ' + ' '.join(extra) if extra else ''}: {r['wall_seconds']} s wall "
               f"(estimate {r['estimate_seconds']} s; parts {r['parts_seconds']}; {r['iterations']} iterations, "
-              f"{r['max_examples']} cases per search, bridge seeds {r['bridge_seeds']}, left out {r['bridge_seeds_left_out']}), "
+              f"{r['max_examples']} cases per search, bridge seeds {r['bridge_seeds']}), "
               f"exit {r['returncode']}, verdict {r['verdict']}")
     print(f"load average before {result['load_average_before']}, after {result['load_average_after']}; wrote {path}")
 
