@@ -440,3 +440,23 @@ def test_register_preset_with_a_builtin_name_and_other_settings_is_one_line(tmp_
     err = _one_line_error(capsys)
     assert "argument --plugin" in err and "name 'grpo' is the name of a preset whose grae_scale differ" in err
     assert not out.exists()
+
+
+DYING = ANTI.replace('''    """The group mean minus the return: GRPO's advantage with the sign flipped."""''', '''    """The group mean minus the return, except in a worker process, which it kills (a crash, not an error)."""
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        os._exit(3)''')
+
+
+def test_a_worker_process_that_dies_stops_verify_instead_of_hanging(tmp_path):
+    # a worker killed mid-cell (here by os._exit; in life by the out-of-memory killer) used to leave
+    # verify's pool waiting for its cell forever
+    plugin = tmp_path / "dying.py"
+    plugin.write_text(DYING)
+    proc = subprocess.run([sys.executable, "-m", "seeupo", "verify", "--algorithms", "anti_pg", "--plugin", plugin.name,
+                           "--quick", "--instances", "2", "--iterations", "2", "--workers", "2", "--no-progress",
+                           "--modes", "sampled", "--out", str(tmp_path / "verify")],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode != 0 and "BrokenProcessPool" in proc.stderr, proc.stderr[-2000:]

@@ -41,6 +41,7 @@ import json
 import multiprocessing as mp
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -320,10 +321,6 @@ def _load_plugins(specs: tuple[str, ...]) -> None:
     load_plugins(list(specs), "--plugin")
 
 
-def _run_cell_args(args: tuple) -> CellResult:
-    return run_cell(*args)
-
-
 def table1_counterexamples(cfg: VerifyConfig, row: str, setting: str) -> list[dict[str, Any]]:
     """The saved counterexamples of ``row``'s algorithm in ``setting`` (replayed), or ``[]``."""
     if not cfg.counterexample_dir:
@@ -508,11 +505,17 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
     replays: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:
         if cfg.workers > 1:
-            with mp.get_context("spawn").Pool(cfg.workers, initializer=_load_plugins, initargs=(cfg.plugins,)) as pool:
-                pending = pool.apply_async(_table1_replays, (cfg, replay_keys))
-                for res in pool.imap_unordered(_run_cell_args, tasks):
-                    record(res)
-                replays = pending.get()
+            # a process pool that notices a worker dying (BrokenProcessPool) instead of waiting for it forever,
+            # and that drops the queued cells at the first error (a plugin's one line) or interrupt
+            pool = ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"), initializer=_load_plugins,
+                                       initargs=(cfg.plugins,))
+            try:
+                pending = pool.submit(_table1_replays, cfg, replay_keys)
+                for future in as_completed([pool.submit(run_cell, *task) for task in tasks]):
+                    record(future.result())
+                replays = pending.result()
+            finally:
+                pool.shutdown(wait=False, cancel_futures=True)
         else:
             for task in tasks:
                 record(run_cell(*task))
