@@ -305,11 +305,42 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
                       "parameterization": found.run.parameterization}
             if result.stopped != "interrupted":  # replaying costs an update: not when asked to stop
                 entry["reproduces"] = replay(found).reproduces
+                entry["explanation"] = explain_case(found, path, out)
         entry["seconds"] = time.perf_counter() - start
         results.append(entry)
         say(f"search {spec.name}: {search_outcome(entry)} ({entry['seconds']:.0f} s)")
         if result.stopped == "interrupted":
             raise KeyboardInterrupt
+
+
+def explain_case(found: Any, path: Path, out: Path) -> dict[str, str]:
+    """Explain a counterexample (:func:`seeupo.experiments.explain.explain`) and write the full text beside its file.
+
+    Returns ``{"cause", "summary", "file"}`` (``file``: the rendered text, ``NAME.explain.md``,
+    relative to ``out``), or ``{"error": one line}`` when the explanation fails: a report is
+    never lost to its explanation.
+    """
+    from seeupo.experiments.explain import explain, render, summary_line
+
+    try:
+        explanation = explain(found)
+        text = render(explanation)
+    except Exception as error:  # noqa: BLE001 - any failure of the explanation is reported, not raised
+        return {"error": f"explain failed ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"}
+    target = path.with_name(path.stem + ".explain.md")
+    target.write_text(text + ("" if text.endswith("\n") else "\n"))
+    return {"cause": explanation.cause, "summary": summary_line(explanation), "file": str(target.relative_to(out))}
+
+
+def explanation_line(entry: dict[str, Any]) -> str:
+    """The bullet of check.md that says why ``J`` fell in a search's counterexample (or why it is not explained)."""
+    e = entry.get("explanation")
+    if e is None:
+        return f"* `{entry['file']}`: not explained (" + (
+            "found when interrupted, not replayed)" if entry.get("reproduces") is None else "no explanation recorded)")
+    if "error" in e:
+        return f"* `{entry['file']}`: no explanation: {e['error']}."
+    return f"* `{entry['file']}`: {e['summary']} Full explanation: `{e['file']}`."
 
 
 def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
@@ -622,6 +653,8 @@ def markdown(report: dict[str, Any]) -> str:
     if found:
         lines += ["", "Counterexample files (in this folder): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
                   + " ".join(f"{report['out']}/{f}" for f in found) + plugin_flags + "`."]
+        lines += ["", "Why J fell (`seeupo.experiments.explain`; the full explanation is written beside each file):", ""]
+        lines += [explanation_line(s) for s in report["searches"] if s["found"]]
     lines.append("")
     if report["verify"]["table1"]:
         body = verify_markdown(report["verify"], embedded=True).split("\n", 1)[1]

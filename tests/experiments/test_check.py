@@ -182,3 +182,34 @@ def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
     text = markdown(report)
     assert "**grpo: exact: refused (not symmetric in its group)**" in text and "no exact cell ran" in text
     assert "## Every cell (sampled)" in text
+
+
+def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_beside_it(tmp_path):
+    (tmp_path / "anti.py").write_text(ANTI)
+    done = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
+                  "--max-examples", "3", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    found = [s for s in report["searches"] if s["found"] and s.get("reproduces")]
+    assert found
+    text = (tmp_path / "out/check.md").read_text()
+    for s in found:
+        e = s["explanation"]
+        assert e["cause"] == "advantage sign"  # the flipped sign favours the worse action
+        assert (tmp_path / "out" / e["file"]).read_text().startswith("## ")
+        line = next(line for line in text.splitlines() if line.startswith(f"* `{s['file']}`"))
+        assert "cause: the advantage's sign" in line and e["file"] in line
+
+
+def test_an_explanation_that_fails_is_one_line_in_the_report(tmp_path, monkeypatch):
+    from seeupo.experiments import explain as explain_module
+    from seeupo.experiments.check import explain_case, explanation_line
+
+    def broken(example):
+        raise RuntimeError("cannot replay\nsecond line")
+
+    monkeypatch.setattr(explain_module, "explain", broken)
+    e = explain_case(object(), tmp_path / "counterexamples/x.json", tmp_path)
+    assert e == {"error": "explain failed (RuntimeError: cannot replay)"}
+    assert explanation_line({"file": "counterexamples/x.json", "explanation": e}) == (
+        "* `counterexamples/x.json`: no explanation: explain failed (RuntimeError: cannot replay).")
