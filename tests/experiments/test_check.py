@@ -213,3 +213,30 @@ def test_an_explanation_that_fails_is_one_line_in_the_report(tmp_path, monkeypat
     assert e == {"error": "explain failed (RuntimeError: cannot replay)"}
     assert explanation_line({"file": "counterexamples/x.json", "explanation": e}) == (
         "* `counterexamples/x.json`: no explanation: explain failed (RuntimeError: cannot replay).")
+
+
+def test_compare_reports_both_algorithms_side_by_side(tmp_path):
+    done = seeupo("check", "seeupo", "--compare", "grpo", "--quick", "--no-bridge", "--no-progress", "--budget", "30",
+                  "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[:2]] == ["seeupo", "grpo"]
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["compare"] == ["seeupo", "grpo"] and set(report["algorithms"]) == {"seeupo", "grpo"}
+    seeupo_run, grpo_run = report["algorithms"]["seeupo"], report["algorithms"]["grpo"]
+    # the same problems and sizes for both
+    for key in ("instances", "iterations", "seed"):
+        assert seeupo_run["verify"]["config"][key] == grpo_run["verify"]["config"][key]
+    assert seeupo_run["budget"]["max_examples"] == grpo_run["budget"]["max_examples"]
+    text = (tmp_path / "out/check.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| seeupo |") or line.startswith("| grpo |")]
+    assert len(rows) == 2 and all(len(row.split("|")) == 8 for row in rows)
+    assert (tmp_path / "out/check.png").stat().st_size > 0
+    assert (tmp_path / "out/algorithms/grpo/check.md").exists() and (tmp_path / "out/algorithms/seeupo/check.json").exists()
+
+
+def test_compare_with_an_unknown_name_is_one_line_and_exit_2(tmp_path):
+    done = seeupo("check", "seeupo", "--compare", "grpo,not_an_algorithm", "--quick", "--no-bridge", "--out", "out",
+                  cwd=tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "not_an_algorithm" in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, no folder
