@@ -33,6 +33,15 @@ shrunk to the end). The bridge keeps its steps and warm-up (they are the bridge'
 but may run fewer seeds, at least one: its estimate is a fixed figure measured on 2 CPU cores
 (:data:`BRIDGE_SECONDS_PER_STEP`, ...).
 
+Explanations. Each counterexample a search finds (and that replays) is explained
+(:mod:`seeupo.experiments.explain`): the one-line cause goes next to it in check.md, the full text
+into ``counterexamples/NAME.explain.md``; an explanation that fails is one line in the report.
+
+Compare. ``check NAME --compare A,B`` (:func:`compare`) runs the same check for each algorithm
+(the same problems, seeds, verify sizes and searches, and one bridge run in which all of them
+train from the same warm-up) and reports them side by side; the budget covers them all, split
+equally (the first algorithm's share holds the bridge of all).
+
 Interruption. Ctrl-C or SIGTERM stops the check where it is and writes the report of what
 finished, marked partial, with every counterexample found so far (a search interrupted while
 shrinking keeps its last failing case). ``--overwrite`` never deletes: an earlier check's files
