@@ -610,6 +610,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             "bridge": bridge_result,
             "partial": partial,
             "moved_aside": list(moved_aside or []),
+            # a report written elsewhere (compare's algorithms/NAME/) names the folder its files' paths start from
+            "files_in": None if report_dir in (None, out) else str(out),
             "times": times,
             "seconds": time.perf_counter() - start,
         }
@@ -672,7 +674,8 @@ def markdown(report: dict[str, Any]) -> str:
     plugin_flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in report["plugins"])
     found = [s["file"] for s in report["searches"] if s["found"]]
     if found:
-        lines += ["", "Counterexample files (in this folder): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
+        where = f"in `{report['files_in']}`" if report.get("files_in") else "in this folder"
+        lines += ["", f"Counterexample files ({where}): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
                   + " ".join(f"{report['out']}/{f}" for f in found) + plugin_flags + "`."]
         lines += ["", "Why J fell (`seeupo.experiments.explain`; the full explanation is written beside each file):", ""]
         lines += [explanation_line(s) for s in report["searches"] if s["found"]]
