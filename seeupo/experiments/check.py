@@ -794,38 +794,49 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
     cals: dict[str, Calibration] = {}
     fitted: dict[str, CheckBudget] = {}
     estimates: dict[str, dict[str, Any]] = {}
-    for i, n in enumerate(names):
-        exact = exact_refusal(PRESETS[n], budget.verify.group_size) is None
-        searches = len(algorithm_searches(n)) if exact else 0
-        cfg = dataclasses.replace(budget.verify, algorithms=(n,), plugins=plugins, seed=seed)
-        cals[n] = calibrate(n, cfg, exact)
-        mine = dataclasses.replace(budget, verify=cfg, seconds=share)
-        fitted[n] = fit(n, mine, cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
-        estimates[n] = plan(n, fitted[n], cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
-    shared = dataclasses.replace(
-        budget, seconds=share, bridge_seeds=fitted[names[0]].bridge_seeds,
-        max_examples=min(f.max_examples for f in fitted.values()),
-        verify=dataclasses.replace(budget.verify, iterations=min(f.verify.iterations for f in fitted.values())))
-    total = sum(e["total"] for e in estimates.values())
-    say(f"compare plan: {len(names)} algorithms x ({shared.verify.instances} problems x {shared.verify.iterations} "
-        f"iterations per cell; {shared.max_examples} cases per search); "
-        + (f"one bridge for all ({len(shared.bridge_seeds)} seeds x {shared.bridge_steps} steps)" if bridge else "no bridge"))
-    say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s, {share:.0f} s per algorithm "
-                                                     "(the first one's share holds the bridge of all)" if share else ""))
     reports: dict[str, dict[str, Any]] = {}
-    partial: str | None = None
-    for i, n in enumerate(names):
-        say(f"== {n} ({i + 1} of {len(names)})")
-        reports[n] = check(n, shared, out, plugins=plugins, seed=seed, bridge=bridge and i == 0, say=say,
-                           calibration=cals[n], report_dir=out / "algorithms" / n)
-        if reports[n].get("partial"):
-            partial = reports[n]["partial"]
-            break
+    shared, total, partial = dataclasses.replace(budget, seconds=share), 0.0, None  # as reported if stopped while timing
+    _SIGNALS.clear()
+    main_thread = threading.current_thread() is threading.main_thread()
+    # SIGTERM between the checks (each check handles it itself while it runs) stops the comparison with a report
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
+    try:
+        for i, n in enumerate(names):
+            exact = exact_refusal(PRESETS[n], budget.verify.group_size) is None
+            searches = len(algorithm_searches(n)) if exact else 0
+            cfg = dataclasses.replace(budget.verify, algorithms=(n,), plugins=plugins, seed=seed)
+            cals[n] = calibrate(n, cfg, exact)
+            mine = dataclasses.replace(budget, verify=cfg, seconds=share)
+            fitted[n] = fit(n, mine, cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
+            estimates[n] = plan(n, fitted[n], cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
+        shared = dataclasses.replace(
+            budget, seconds=share, bridge_seeds=fitted[names[0]].bridge_seeds,
+            max_examples=min(f.max_examples for f in fitted.values()),
+            verify=dataclasses.replace(budget.verify, iterations=min(f.verify.iterations for f in fitted.values())))
+        total = sum(e["total"] for e in estimates.values())
+        say(f"compare plan: {len(names)} algorithms x ({shared.verify.instances} problems x {shared.verify.iterations} "
+            f"iterations per cell; {shared.max_examples} cases per search); "
+            + (f"one bridge for all ({len(shared.bridge_seeds)} seeds x {shared.bridge_steps} steps)" if bridge else "no bridge"))
+        say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s, {share:.0f} s per algorithm "
+                                                         "(the first one's share holds the bridge of all)" if share else ""))
+        for i, n in enumerate(names):
+            say(f"== {n} ({i + 1} of {len(names)})")
+            reports[n] = check(n, shared, out, plugins=plugins, seed=seed, bridge=bridge and i == 0, say=say,
+                               calibration=cals[n], report_dir=out / "algorithms" / n)
+            if reports[n].get("partial"):
+                partial = reports[n]["partial"]
+                break
+    except KeyboardInterrupt as stop:
+        partial = str(stop) if isinstance(stop, Interrupted) else (_SIGNALS[-1] if _SIGNALS else "SIGINT")
+        say(f"interrupted ({partial}): writing the report of what finished")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
     result = {
         "compare": list(names),
         "algorithms": reports,
         "not_reached": [n for n in names if n not in reports],
-        "bridge": reports[names[0]]["bridge"],
+        "bridge": reports[names[0]]["bridge"] if names[0] in reports else {"skipped": "not reached"},
         "budget": dataclasses.asdict(shared) | {"seed": seed, "seconds_in_all": budget.seconds},
         "plan": {"per_algorithm": estimates, "total": total, "budget": budget.seconds},
         "plugins": list(plugins),

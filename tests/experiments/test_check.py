@@ -240,3 +240,18 @@ def test_compare_with_an_unknown_name_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "not_an_algorithm" in done.stderr
     assert not (tmp_path / "out").exists()  # nothing ran, no folder
+
+
+def test_compare_stopped_while_timing_writes_a_partial_report(tmp_path, monkeypatch):
+    from seeupo.experiments import check as check_module
+
+    def stopped(*args, **kwargs):  # SIGTERM arrives during the first calibration
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler raises here
+        raise AssertionError("SIGTERM was not handled")
+
+    monkeypatch.setattr(check_module, "calibrate", stopped)
+    result = check_module.compare(["seeupo", "grpo"], check_module.QUICK, tmp_path / "out", bridge=False, say=lambda m: None)
+    assert result["partial"] == "SIGTERM" and result["not_reached"] == ["seeupo", "grpo"]
+    assert "**Partial report**" in (tmp_path / "out/check.md").read_text()
+    assert signal.getsignal(signal.SIGTERM) is not check_module._raise_interrupted  # the handler is given back
