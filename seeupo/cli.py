@@ -406,14 +406,23 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from seeupo.experiments.check import DEFAULT, QUICK, check, prepare_output, summary_line
+    from seeupo.experiments.check import DEFAULT, QUICK, check, compare, prepare_output, summary_line
 
     if args.name not in PRESETS:
         raise UsageError(f"argument name: unknown algorithm {args.name!r}; choose from {sorted(PRESETS)} "
                          "(--plugin FILE adds the presets a plugin registers)")
     _check_tabular([args.name], "name")
+    names = [args.name]
+    if args.compare is not None:  # every name is checked before anything runs or a folder is made
+        others = [n.strip() for n in args.compare.split(",") if n.strip()]
+        unknown = [n for n in others if n not in PRESETS]
+        if unknown or not others:
+            raise UsageError(f"argument --compare: unknown algorithms {unknown}; choose from {sorted(PRESETS)}" if unknown
+                             else "argument --compare: expected a comma-separated list of algorithms, e.g. grpo,seeupo")
+        _check_tabular(others, "--compare")
+        names = list(dict.fromkeys([args.name, *others]))
     budget = QUICK if args.quick else DEFAULT
-    _check_exact_contract([args.name], budget.verify.group_size)  # a broken estimator: one line, no folder
+    _check_exact_contract(names, budget.verify.group_size)  # a broken estimator: one line, no folder
     out_arg = args.out or str(CHECK_DIR / args.name)
     existed = Path(out_arg).exists()
     out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback
@@ -424,11 +433,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.budget is not None:
         budget = budget.__class__(**{**budget.__dict__, "seconds": args.budget})
     try:
-        report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
-                       say=say, moved_aside=moved)
+        if len(names) > 1:
+            result = compare(names, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                             say=say, moved_aside=moved)
+        else:
+            report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                           say=say, moved_aside=moved)
     except InputError:  # a plugin's function broke its contract: leave no empty folder behind
         _remove_if_empty(out, existed)
         raise
+    if len(names) > 1:
+        return _compare_exit(result, out)
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
     if report.get("partial"):  # as the shell reports a process stopped by that signal
@@ -438,6 +453,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
     # a check that measured nothing is no pass either
     return 1 if report["monotonicity"]["measured"] == "no learning signal" else 0
+
+
+def _compare_exit(result: dict, out: Path) -> int:
+    """Print one summary line per compared algorithm; the exit status as for one check, of the first (the checked) one."""
+    from seeupo.experiments.check import summary_line
+
+    for report in result["algorithms"].values():
+        print(summary_line(report))
+    print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'} (each algorithm's own report in "
+          f"{out / 'algorithms'}).")
+    if result.get("partial"):
+        return 128 + int(getattr(signal, result["partial"], signal.SIGINT))
+    if result["bridge"].get("vacuous"):
+        print(f"seeupo check: the bridge is vacuous: {result['bridge']['vacuous']}", file=sys.stderr)
+        return 1
+    first = result["algorithms"][result["compare"][0]]
+    return 1 if first["monotonicity"]["measured"] == "no learning signal" else 0
 
 
 def _require_llm_extra() -> None:
@@ -676,6 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150, fewer to fit the budget; --quick 8); "
                                                               "given alone, the default budget is not applied")
     p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
+    p.add_argument("--compare", metavar="A,B",
+                   help="also check these algorithms (comma-separated) on the same problems, seeds, searches and bridge, "
+                        "and report them side by side; the budget covers them all, split equally")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
     p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
     p.add_argument("--budget", type=positive_float, metavar="SECONDS",

@@ -33,6 +33,15 @@ shrunk to the end). The bridge keeps its steps and warm-up (they are the bridge'
 but may run fewer seeds, at least one: its estimate is a fixed figure measured on 2 CPU cores
 (:data:`BRIDGE_SECONDS_PER_STEP`, ...).
 
+Explanations. Each counterexample a search finds (and that replays) is explained
+(:mod:`seeupo.experiments.explain`): the one-line cause goes next to it in check.md, the full text
+into ``counterexamples/NAME.explain.md``; an explanation that fails is one line in the report.
+
+Compare. ``check NAME --compare A,B`` (:func:`compare`) runs the same check for each algorithm
+(the same problems, seeds, verify sizes and searches, and one bridge run in which all of them
+train from the same warm-up) and reports them side by side; the budget covers them all, split
+equally (the first algorithm's share holds the bridge of all).
+
 Interruption. Ctrl-C or SIGTERM stops the check where it is and writes the report of what
 finished, marked partial, with every counterexample found so far (a search interrupted while
 shrinking keeps its last failing case). ``--overwrite`` never deletes: an earlier check's files
@@ -55,7 +64,7 @@ from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
 #: What ``seeupo check`` writes in its folder (``--overwrite`` moves these aside, never deletes them).
-OUTPUTS = ("check.json", "check.md", "check.png", "counterexamples", "bridge")
+OUTPUTS = ("check.json", "check.md", "check.png", "counterexamples", "bridge", "algorithms")
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class CheckBudget:
       as soon as the exact probability of a valid first answer is at least ``bridge_warmup_target``
       (measured every 5 steps); below it after the cap, the bridge is vacuous.
     bridge_tasks_per_step, bridge_group_size: rollouts per step (tasks x group).
+    bridge_also: more algorithms trained on the bridge beside the checked one and
+      :data:`BRIDGE_BASELINES`, from the same warm-up (``check NAME --compare``: one bridge for all).
 
     The bridge's settings were chosen by measurement (tiny Qwen3, problem
     :data:`seeupo.experiments.bridge_lm.BRIDGE`, seeds 0-2): the warm-up at lr 3e-3 passes 0.9 after
@@ -92,6 +103,7 @@ class CheckBudget:
     bridge_warmup_target: float = 0.9
     bridge_tasks_per_step: int = 4
     bridge_group_size: int = 4
+    bridge_also: tuple[str, ...] = ()
     seconds: float | None = None
 
 
@@ -220,7 +232,7 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
     searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
-    algorithms = 1 + len([b for b in BRIDGE_BASELINES if b != name])
+    algorithms = len(bridge_presets(name, budget))
     per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
     bridge_s = len(budget.bridge_seeds) * per_seed if bridge else 0.0
@@ -230,6 +242,11 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
             "max_examples": budget.max_examples, "bridge_runs": len(budget.bridge_seeds) if bridge else 0,
             "bridge_steps": budget.bridge_steps, "calibration": cal.seconds, "verify": verify_s, "search_time": searches_s,
             "bridge": bridge_s, "total": total, "budget": budget.seconds}
+
+
+def bridge_presets(name: str, budget: CheckBudget) -> tuple[str, ...]:
+    """The algorithms the bridge trains for ``check name``: ``name``, :data:`BRIDGE_BASELINES`, ``budget.bridge_also``."""
+    return tuple(dict.fromkeys((name, *BRIDGE_BASELINES, *budget.bridge_also)))
 
 
 def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> CheckBudget:
@@ -305,11 +322,42 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
                       "parameterization": found.run.parameterization}
             if result.stopped != "interrupted":  # replaying costs an update: not when asked to stop
                 entry["reproduces"] = replay(found).reproduces
+                entry["explanation"] = explain_case(found, path, out)
         entry["seconds"] = time.perf_counter() - start
         results.append(entry)
         say(f"search {spec.name}: {search_outcome(entry)} ({entry['seconds']:.0f} s)")
         if result.stopped == "interrupted":
             raise KeyboardInterrupt
+
+
+def explain_case(found: Any, path: Path, out: Path) -> dict[str, str]:
+    """Explain a counterexample (:func:`seeupo.experiments.explain.explain`) and write the full text beside its file.
+
+    Returns ``{"cause", "summary", "file"}`` (``file``: the rendered text, ``NAME.explain.md``,
+    relative to ``out``), or ``{"error": one line}`` when the explanation fails: a report is
+    never lost to its explanation.
+    """
+    from seeupo.experiments.explain import explain, render, summary_line
+
+    try:
+        explanation = explain(found)
+        text = render(explanation)
+    except Exception as error:  # noqa: BLE001 - any failure of the explanation is reported, not raised
+        return {"error": f"explain failed ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"}
+    target = path.with_name(path.stem + ".explain.md")
+    target.write_text(text + ("" if text.endswith("\n") else "\n"))
+    return {"cause": explanation.cause, "summary": summary_line(explanation), "file": str(target.relative_to(out))}
+
+
+def explanation_line(entry: dict[str, Any]) -> str:
+    """The bullet of check.md that says why ``J`` fell in a search's counterexample (or why it is not explained)."""
+    e = entry.get("explanation")
+    if e is None:
+        return f"* `{entry['file']}`: not explained (" + (
+            "found when interrupted, not replayed)" if entry.get("reproduces") is None else "no explanation recorded)")
+    if "error" in e:
+        return f"* `{entry['file']}`: no explanation: {e['error']}."
+    return f"* `{entry['file']}`: {e['summary']} Full explanation: `{e['file']}`."
 
 
 def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ...], say: Callable[[str], None]) -> dict[str, Any]:
@@ -359,7 +407,7 @@ def _run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, .
                                    warmup_lr=budget.bridge_warmup_lr, warmup_target=budget.bridge_warmup_target,
                                    steps=budget.bridge_steps, seeds=budget.bridge_seeds,
                                    tasks_per_step=budget.bridge_tasks_per_step, group_size=budget.bridge_group_size)
-    baselines = tuple(b for b in BRIDGE_BASELINES if b != name)
+    baselines = bridge_presets(name, budget)[1:]
     sweep = bridge_lm.Sweep(models=(model,), presets=(name, *baselines), seeupo_variants=(), plugins=plugins)
     result: dict[str, Any] = {"algorithm": name, "baselines_run": list(baselines), "tolerance": BRIDGE_TOLERANCE}
 
@@ -462,12 +510,16 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 
 
 def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
-          bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None) -> dict[str, Any]:
+          bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None,
+          calibration: Calibration | None = None, report_dir: Path | None = None) -> dict[str, Any]:
     """Plan, run the three parts for ``name`` and write ``OUT/check.{json,md,png}``; returns the report.
 
     Ctrl-C or SIGTERM (handled here while it runs, in the main thread) stops it: the report of
     what finished is written with ``partial`` set to the signal's name, and returned.
     ``moved_aside``: an earlier check's files :func:`prepare_output` moved, listed in the report.
+    ``calibration``: this machine's speed for ``name``, already measured (:func:`compare` times
+    every algorithm first); ``None``: measured here. ``report_dir``: where check.{json,md,png}
+    go (default ``out``; counterexamples and the bridge's runs always go under ``out``).
     """
     from seeupo.core.config import PRESETS
     from seeupo.experiments.searches import algorithm_searches
@@ -492,7 +544,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     estimate: dict[str, Any] = {}
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
     try:
-        cal = calibrate(name, cfg, exact)
+        cal = calibration or calibrate(name, cfg, exact)
         budget = fit(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
         cfg = budget.verify
         estimate = plan(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
@@ -558,10 +610,12 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             "bridge": bridge_result,
             "partial": partial,
             "moved_aside": list(moved_aside or []),
+            # a report written elsewhere (compare's algorithms/NAME/) names the folder its files' paths start from
+            "files_in": None if report_dir in (None, out) else str(out),
             "times": times,
             "seconds": time.perf_counter() - start,
         }
-        write(report, out)
+        write(report, report_dir or out)
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous_handler)
@@ -620,8 +674,11 @@ def markdown(report: dict[str, Any]) -> str:
     plugin_flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in report["plugins"])
     found = [s["file"] for s in report["searches"] if s["found"]]
     if found:
-        lines += ["", "Counterexample files (in this folder): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
+        where = f"in `{report['files_in']}`" if report.get("files_in") else "in this folder"
+        lines += ["", f"Counterexample files ({where}): " + ", ".join(f"`{f}`" for f in found) + ". Replay them: `seeupo replay "
                   + " ".join(f"{report['out']}/{f}" for f in found) + plugin_flags + "`."]
+        lines += ["", "Why J fell (`seeupo.experiments.explain`; the full explanation is written beside each file):", ""]
+        lines += [explanation_line(s) for s in report["searches"] if s["found"]]
     lines.append("")
     if report["verify"]["table1"]:
         body = verify_markdown(report["verify"], embedded=True).split("\n", 1)[1]
@@ -704,3 +761,206 @@ def summary_line(report: dict[str, Any]) -> str:
     if mono["measured"] is None:
         return f"{prefix}: " + mono["evidence"][0]
     return f"{prefix}: {mono['measured']}; " + "; ".join(mono["evidence"])
+
+
+# ----------------------------------------------------------------------------------- compare
+
+
+def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
+            bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None) -> dict[str, Any]:
+    """``check names[0] --compare names[1:]``: the same check for each algorithm, reported side by side.
+
+    Same measurements for all: every algorithm gets the same random problems (``seed``), the same
+    verify sizes, the same searches with the same number of cases, and one bridge run in which all
+    of them train from the same warm-up, seeds and steps (it runs inside the first algorithm's
+    check: ``bridge_also``). Sizes: each algorithm is timed first (:func:`calibrate`) and fitted to
+    an equal share of ``budget.seconds`` (the first one's share also holds the bridge of all); then
+    every algorithm runs the smallest of the fitted sizes, so that no algorithm is measured on less.
+    The estimate printed covers the whole comparison.
+
+    Writes ``OUT/check.{json,md,png}`` (the comparison; check.json keyed by algorithm), each
+    algorithm's own report in ``OUT/algorithms/NAME/``, and every counterexample under
+    ``OUT/counterexamples/`` (the search names start with the algorithm's name). An interrupt
+    stops the comparison after the algorithm it hit; the report says which were not reached.
+    """
+    from seeupo.core.config import PRESETS
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.experiments.verify import exact_refusal
+
+    start = time.perf_counter()
+    share = None if budget.seconds is None else budget.seconds / len(names)
+    budget = dataclasses.replace(budget, bridge_also=tuple(names[1:]) if bridge else ())
+    say(f"compare: {', '.join(names)}; timing each on this machine first")
+    cals: dict[str, Calibration] = {}
+    fitted: dict[str, CheckBudget] = {}
+    estimates: dict[str, dict[str, Any]] = {}
+    reports: dict[str, dict[str, Any]] = {}
+    shared, total, partial = dataclasses.replace(budget, seconds=share), 0.0, None  # as reported if stopped while timing
+    _SIGNALS.clear()
+    main_thread = threading.current_thread() is threading.main_thread()
+    # SIGTERM between the checks (each check handles it itself while it runs) stops the comparison with a report
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
+    try:
+        for i, n in enumerate(names):
+            exact = exact_refusal(PRESETS[n], budget.verify.group_size) is None
+            searches = len(algorithm_searches(n)) if exact else 0
+            cfg = dataclasses.replace(budget.verify, algorithms=(n,), plugins=plugins, seed=seed)
+            cals[n] = calibrate(n, cfg, exact)
+            mine = dataclasses.replace(budget, verify=cfg, seconds=share)
+            fitted[n] = fit(n, mine, cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
+            estimates[n] = plan(n, fitted[n], cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
+        shared = dataclasses.replace(
+            budget, seconds=share, bridge_seeds=fitted[names[0]].bridge_seeds,
+            max_examples=min(f.max_examples for f in fitted.values()),
+            verify=dataclasses.replace(budget.verify, iterations=min(f.verify.iterations for f in fitted.values())))
+        total = sum(e["total"] for e in estimates.values())
+        say(f"compare plan: {len(names)} algorithms x ({shared.verify.instances} problems x {shared.verify.iterations} "
+            f"iterations per cell; {shared.max_examples} cases per search); "
+            + (f"one bridge for all ({len(shared.bridge_seeds)} seeds x {shared.bridge_steps} steps)" if bridge else "no bridge"))
+        say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s, {share:.0f} s per algorithm "
+                                                         "(the first one's share holds the bridge of all)" if share else ""))
+        for i, n in enumerate(names):
+            say(f"== {n} ({i + 1} of {len(names)})")
+            reports[n] = check(n, shared, out, plugins=plugins, seed=seed, bridge=bridge and i == 0, say=say,
+                               calibration=cals[n], report_dir=out / "algorithms" / n)
+            if reports[n].get("partial"):
+                partial = reports[n]["partial"]
+                break
+    except KeyboardInterrupt as stop:
+        partial = str(stop) if isinstance(stop, Interrupted) else (_SIGNALS[-1] if _SIGNALS else "SIGINT")
+        say(f"interrupted ({partial}): writing the report of what finished")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
+    result = {
+        "compare": list(names),
+        "algorithms": reports,
+        "not_reached": [n for n in names if n not in reports],
+        "bridge": reports[names[0]]["bridge"] if names[0] in reports else {"skipped": "not reached"},
+        "budget": dataclasses.asdict(shared) | {"seed": seed, "seconds_in_all": budget.seconds},
+        "plan": {"per_algorithm": estimates, "total": total, "budget": budget.seconds},
+        "plugins": list(plugins),
+        "out": str(out),
+        "partial": partial,
+        "moved_aside": list(moved_aside or []),
+        "seconds": time.perf_counter() - start,
+    }
+    write_compare(result, out)
+    return result
+
+
+def bridge_of(result: dict[str, Any], name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """``name``'s words (:func:`learning`) and per-seed runs in the shared bridge of :func:`compare` (``None, []`` if none)."""
+    bridge = result["bridge"]
+    runs = bridge.get("runs") if name == bridge.get("algorithm") else (bridge.get("baselines") or {}).get(name, {}).get("runs")
+    return (bridge.get("learning") or {}).get(name), runs or []
+
+
+def _cell_words(report: dict[str, Any], mode: str) -> str:
+    cells = [c for c in report["verify"]["cells"] if c["mode"] == mode]
+    if not cells:
+        return "none ran"
+    return "; ".join(f"{c['setting']} {c['parameterization']}: {c['verdict']}" for c in cells)
+
+
+def _decreases(report: dict[str, Any]) -> str:
+    found = [s for s in report["searches"] if s["found"] and s.get("reproduces", True)]
+    exact = [c for c in report["verify"]["cells"] if c["mode"] == "exact" and not c.get("refused")]
+    if not report["exact_mode"]:
+        return "not measured (no exact mode)"
+    words = f"{len(found)} of {len(report['searches'])} searches"
+    if found:
+        words += " (largest " + f"{max(s['J'][0] - s['J'][-1] for s in found):.2e})"
+    random = sum(c["violations"] for c in exact)
+    return words + f"; {random} on random instances" + (
+        f" (largest {max(c['max_violation'] for c in exact):.2e})" if random else "")
+
+
+def compare_markdown(result: dict[str, Any]) -> str:
+    """The comparison's check.md: one table row per algorithm, then each one's counterexamples with their cause."""
+    names = list(result["algorithms"])
+    first = result["compare"][0]
+    title = f"# `seeupo check {first} --compare {','.join(result['compare'][1:])}`" + (
+        f" (partial: stopped by {result['partial']})" if result.get("partial") else "")
+    b = result["budget"]
+    lines = [title, "",
+             f"The same check for each algorithm: the same {b['verify']['instances']} random problems per cell (seed "
+             f"{b['seed']}), {b['verify']['iterations']} iterations, the same searches with {b['max_examples']} cases each"
+             + (", and one bridge run in which all of them train from the same warm-up, seeds and steps."
+                if "skipped" not in result["bridge"] else "; no bridge."), ""]
+    if result["plugins"]:
+        lines += ["Plugins: " + ", ".join(f"`{p}`" for p in result["plugins"]), ""]
+    if result.get("partial"):
+        lines += [f"**Partial report**: stopped ({result['partial']}); not reached: "
+                  + (", ".join(result["not_reached"]) or "none") + ".", ""]
+    if result.get("moved_aside"):
+        lines += ["An earlier check's files were moved aside (--overwrite deletes nothing): "
+                  + ", ".join(f"`{m}`" for m in result["moved_aside"]) + ".", ""]
+    lines += ["| Algorithm | Exact monotonicity, measured | Exact cells | Sampled cells | J decreases found | "
+              "Bridge: exact J, first -> last step (mean over seeds) |", "|---|---|---|---|---|---|"]
+    for n in names:
+        r = result["algorithms"][n]
+        mono = r["monotonicity"]
+        verdict = mono["measured"] or mono["evidence"][0]
+        words, _ = bridge_of(result, n)
+        bridge = (f"{words['J_initial_mean']:.4f} -> {words['J_final_mean']:.4f} ({words['moved']})" if words else
+                  "skipped" if "skipped" in result["bridge"] else "not trained")
+        lines.append(f"| {n} | {verdict} | {_cell_words(r, 'exact')} | {_cell_words(r, 'sampled')} | {_decreases(r)} | {bridge} |")
+    lines += [""]
+    bridge = result["bridge"]
+    lines += bridge_markdown(bridge) if "skipped" in bridge or bridge.get("vacuous") else [
+        "Bridge: " + "; ".join(f"{n} {bridge['learning'][n]['words']}" for n in bridge["learning"]) + "."]
+    for n in names:
+        r = result["algorithms"][n]
+        lines += ["", f"## {n}", ""]
+        lines += [f"* {e}" for e in r["monotonicity"]["evidence"]]
+        found = [s for s in r["searches"] if s["found"]]
+        if found:
+            lines += ["", "Why J fell (the full explanation is written beside each file):", ""]
+            lines += [explanation_line(s) for s in found]
+        lines += ["", f"Its own report: `algorithms/{n}/check.md`."]
+    lines += ["", f"Total time: {result['seconds']:.0f} s; estimated {result['plan']['total']:.0f} s"
+              + (f"; budget {result['plan']['budget']:.0f} s" if result["plan"].get("budget") else "") + ".", ""]
+    return "\n".join(lines)
+
+
+def compare_figure(result: dict[str, Any], path: Path) -> None:
+    """Exact ``J`` per iteration (toy problems) and per bridge step, every compared algorithm on the same two axes.
+
+    One colour per algorithm; on the left one line style per exact cell (its worst random
+    instance), on the right one line per bridge seed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {("ST", "independent"): "-", ("ST", "shared"): "--", ("MT", "independent"): "-.", ("MT", "shared"): ":"}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for k, n in enumerate(result["algorithms"]):
+        color = f"C{k}"
+        for c in result["algorithms"][n]["verify"]["cells"]:
+            if c["mode"] == "exact" and not c.get("refused"):
+                ax1.plot(c["worst_J"], color=color, ls=styles.get((c["setting"], c["parameterization"]), "-"),
+                         label=f"{n} {c['setting']} {c['parameterization']}")
+        _, runs = bridge_of(result, n)
+        for j, r in enumerate(runs):
+            ax2.plot(r["J"], color=color, marker=".", label=n if j == 0 else None)
+    ax1.set(title="exact J, worst random instance of each cell", xlabel="iteration", ylabel="J")
+    ax2.set(title="bridge: exact J of the language model", xlabel="step", ylabel="J")
+    for ax in (ax1, ax2):
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_compare(result: dict[str, Any], out: Path) -> None:
+    """The comparison's ``check.json``, ``check.md`` and ``check.png`` in ``out``."""
+    from seeupo.validation import dumps
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "check.json").write_text(dumps(result, indent=1) + "\n")
+    (out / "check.md").write_text(compare_markdown(result))
+    compare_figure(result, out / "check.png")

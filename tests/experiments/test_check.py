@@ -182,3 +182,76 @@ def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
     text = markdown(report)
     assert "**grpo: exact: refused (not symmetric in its group)**" in text and "no exact cell ran" in text
     assert "## Every cell (sampled)" in text
+
+
+def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_beside_it(tmp_path):
+    (tmp_path / "anti.py").write_text(ANTI)
+    done = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
+                  "--max-examples", "3", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    found = [s for s in report["searches"] if s["found"] and s.get("reproduces")]
+    assert found
+    text = (tmp_path / "out/check.md").read_text()
+    for s in found:
+        e = s["explanation"]
+        assert e["cause"] == "advantage sign"  # the flipped sign favours the worse action
+        assert (tmp_path / "out" / e["file"]).read_text().startswith("## ")
+        line = next(line for line in text.splitlines() if line.startswith(f"* `{s['file']}`"))
+        assert "cause: the advantage's sign" in line and e["file"] in line
+
+
+def test_an_explanation_that_fails_is_one_line_in_the_report(tmp_path, monkeypatch):
+    from seeupo.experiments import explain as explain_module
+    from seeupo.experiments.check import explain_case, explanation_line
+
+    def broken(example):
+        raise RuntimeError("cannot replay\nsecond line")
+
+    monkeypatch.setattr(explain_module, "explain", broken)
+    e = explain_case(object(), tmp_path / "counterexamples/x.json", tmp_path)
+    assert e == {"error": "explain failed (RuntimeError: cannot replay)"}
+    assert explanation_line({"file": "counterexamples/x.json", "explanation": e}) == (
+        "* `counterexamples/x.json`: no explanation: explain failed (RuntimeError: cannot replay).")
+
+
+def test_compare_reports_both_algorithms_side_by_side(tmp_path):
+    done = seeupo("check", "seeupo", "--compare", "grpo", "--quick", "--no-bridge", "--no-progress", "--budget", "30",
+                  "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[:2]] == ["seeupo", "grpo"]
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["compare"] == ["seeupo", "grpo"] and set(report["algorithms"]) == {"seeupo", "grpo"}
+    seeupo_run, grpo_run = report["algorithms"]["seeupo"], report["algorithms"]["grpo"]
+    # the same problems and sizes for both
+    for key in ("instances", "iterations", "seed"):
+        assert seeupo_run["verify"]["config"][key] == grpo_run["verify"]["config"][key]
+    assert seeupo_run["budget"]["max_examples"] == grpo_run["budget"]["max_examples"]
+    text = (tmp_path / "out/check.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| seeupo |") or line.startswith("| grpo |")]
+    assert len(rows) == 2 and all(len(row.split("|")) == 8 for row in rows)
+    assert (tmp_path / "out/check.png").stat().st_size > 0
+    assert (tmp_path / "out/algorithms/grpo/check.md").exists() and (tmp_path / "out/algorithms/seeupo/check.json").exists()
+
+
+def test_compare_with_an_unknown_name_is_one_line_and_exit_2(tmp_path):
+    done = seeupo("check", "seeupo", "--compare", "grpo,not_an_algorithm", "--quick", "--no-bridge", "--out", "out",
+                  cwd=tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "not_an_algorithm" in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, no folder
+
+
+def test_compare_stopped_while_timing_writes_a_partial_report(tmp_path, monkeypatch):
+    from seeupo.experiments import check as check_module
+
+    def stopped(*args, **kwargs):  # SIGTERM arrives during the first calibration
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler raises here
+        raise AssertionError("SIGTERM was not handled")
+
+    monkeypatch.setattr(check_module, "calibrate", stopped)
+    result = check_module.compare(["seeupo", "grpo"], check_module.QUICK, tmp_path / "out", bridge=False, say=lambda m: None)
+    assert result["partial"] == "SIGTERM" and result["not_reached"] == ["seeupo", "grpo"]
+    assert "**Partial report**" in (tmp_path / "out/check.md").read_text()
+    assert signal.getsignal(signal.SIGTERM) is not check_module._raise_interrupted  # the handler is given back
