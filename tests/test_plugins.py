@@ -460,3 +460,15 @@ def test_a_worker_process_that_dies_stops_verify_instead_of_hanging(tmp_path):
                            "--modes", "sampled", "--out", str(tmp_path / "verify")],
                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode != 0 and "BrokenProcessPool" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_plugin_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "typo.py"
+    plugin.write_text("from seeupo.core.config import preset, register_preset\n\n"
+                      "register_preset(preset('grpo', name='typo_grpo', clip_eps=0.3))\n")
+    assert main(["check", "typo_grpo", "--quick", "--no-bridge", "--no-progress", "--plugin", "typo.py",
+                 "--out", str(tmp_path / "check")]) == 2
+    err = _one_line_error(capsys)
+    assert "plugin typo.py failed to import: TypeError:" in err and "clip_eps" in err and err.endswith("(at typo.py:3)"), err
+    assert "typo_grpo" not in plugins.loaded_plugins() and not (tmp_path / "check").exists()
