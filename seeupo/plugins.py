@@ -31,7 +31,6 @@ import hashlib
 import importlib
 import importlib.util
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,10 +147,12 @@ def _import(key: str, path: Path | None, field: str) -> None:
             sys.modules.pop(module_name, None)
         if isinstance(err, NameClash):
             raise _error(field, f"plugin {key}: {err}") from None
-        if isinstance(err, Exception):  # the user's code failed: one line, with where in their file
-            frames = [f for f in traceback.extract_tb(err.__traceback__) if path is not None and Path(f.filename) == path]
-            at = f" (at {_shown(key)}:{frames[-1].lineno})" if frames else ""
-            raise _error(field, f"plugin {_shown(key)} failed to import: {type(err).__name__}: {err}{at}") from None
+        if isinstance(err, Exception):  # the user's code failed: one line, with where in their code
+            from seeupo.core.boundary import user_frames
+
+            at = user_frames(err)
+            raise _error(field, f"plugin {_shown(key)} failed to import: {type(err).__name__}: {err}"
+                                + (f" (at {at})" if at else "")) from None
         raise
     _REGISTERED[key] = [(r.field, name) for r, names in zip(registries, before) for name in set(r.names()) - names]
     _REGISTERED[key] += [("preset", name) for name in set(PRESETS) - presets_before]

@@ -146,14 +146,15 @@ def test_loading_the_same_file_twice_is_a_no_op(tmp_path):
     assert first.sha256 == hashlib.sha256(plugin.read_bytes()).hexdigest()
 
 
-def test_an_error_in_the_plugin_shows_its_traceback(tmp_path):
+def test_an_error_in_the_plugin_is_one_line_with_its_own_frames(tmp_path):
     plugin = tmp_path / "buggy.py"
     plugin.write_text("x = 1\n\ndef helper():\n    return {}['missing_key']\n\nhelper()\n")
     proc = subprocess.run([sys.executable, "-m", "seeupo.cli", "train", "--plugin", str(plugin), "--out", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert "Traceback" in proc.stderr and f'File "{plugin.resolve()}", line 4, in helper' in proc.stderr
-    assert "KeyError: 'missing_key'" in proc.stderr
+    # one line (exit 2) that keeps the user's own frames, not the toolkit's traceback
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "failed to import: KeyError: 'missing_key'" in proc.stderr
+    assert "buggy.py:6 in <module>, " in proc.stderr and "buggy.py:4 in helper)" in proc.stderr, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,5 +471,5 @@ def test_a_plugin_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch
     assert main(["check", "typo_grpo", "--quick", "--no-bridge", "--no-progress", "--plugin", "typo.py",
                  "--out", str(tmp_path / "check")]) == 2
     err = _one_line_error(capsys)
-    assert "plugin typo.py failed to import: TypeError:" in err and "clip_eps" in err and err.endswith("(at typo.py:3)"), err
+    assert "plugin typo.py failed to import: TypeError:" in err and "clip_eps" in err and err.endswith("(at typo.py:3 in <module>)"), err
     assert "typo_grpo" not in plugins.loaded_plugins() and not (tmp_path / "check").exists()

@@ -187,11 +187,19 @@ def _call(entry: Entry, *args: Any, **kwargs: Any) -> Any:
     except Exception as err:
         if entry.builtin:  # the toolkit's own bug: keep the traceback
             raise
-        frames = [f for f in traceback.extract_tb(err.__traceback__)[1:] if not os.path.abspath(f.filename).startswith(_NOT_USER)]
-        at = ", ".join(f"{shown_path(f.filename)}:{f.lineno} in {f.name}" for f in frames[-4:])
+        at = user_frames(err, skip=1)
         text = " ".join(str(err).split())
         text = text if len(text) <= 300 else text[:297] + "..."
         raise PluginError(f"{label(entry)} raised {type(err).__name__}: {text}" + (f" (at {at})" if at else "")) from None
+
+
+def user_frames(err: BaseException, skip: int = 0) -> str:
+    """Where ``err`` passed through the user's own code: ``FILE:LINE in FUNC, ...`` (the last four frames
+    outside the toolkit and Python's own library, frozen import machinery included; ``skip`` frames at the
+    top left out), or ``""``."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__)[skip:]
+              if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(_NOT_USER)]
+    return ", ".join(f"{shown_path(f.filename)}:{f.lineno} in {f.name}" for f in frames[-4:])
 
 
 def _fail(entry: Entry, expected: str, got: str) -> None:
