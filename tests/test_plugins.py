@@ -440,3 +440,27 @@ def test_register_preset_with_a_builtin_name_and_other_settings_is_one_line(tmp_
     err = _one_line_error(capsys)
     assert "argument --plugin" in err and "name 'grpo' is the name of a preset whose grae_scale differ" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["n_traj", "nan", "mutate", "raise", "no_grad"])
+def test_a_broken_plugin_is_one_line_in_train_before_the_run_folder_exists(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = _broken_plugin(tmp_path, case)
+    assert main(_train(tmp_path, "--plugin", plugin.name, "--set", "algorithm.preset=user_algo")) == 2
+    err = _one_line_error(capsys)
+    name = "policy loss 'user_loss' ({file}:17)" if case == "no_grad" else "advantage estimator 'user_adv' ({file}:8)"
+    assert err.startswith("seeupo train: error: " + name.format(file=plugin.name)), err
+    assert not (tmp_path / "run").exists()  # the dry run named it before the folder was created
+
+
+def test_a_plugin_that_breaks_during_the_run_marks_the_run_folder_failed(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "late.py"  # sound on the dry run's call, broken on every later one (the run's)
+    plugin.write_text(BROKEN.format(body="    CALLS.append(1)\n    return good if len(CALLS) == 1 else good[:, :1]",
+                                    loss=GOOD_LOSS).replace("import torch\n", "import torch\nCALLS = []\n", 1))
+    assert main(_train(tmp_path, "--plugin", plugin.name, "--set", "algorithm.preset=user_algo")) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith("seeupo train: error: advantage estimator 'user_adv' (late.py:9): expected advantages"), err
+    run = tmp_path / "run"
+    assert (run / "config.yaml").exists()
+    assert (run / "failed.txt").read_text() == "failed at step 1: " + err.removeprefix("seeupo train: error: ") + "\n"
