@@ -464,3 +464,18 @@ def test_a_plugin_that_breaks_during_the_run_marks_the_run_folder_failed(tmp_pat
     run = tmp_path / "run"
     assert (run / "config.yaml").exists()
     assert (run / "failed.txt").read_text() == "failed at step 1: " + err.removeprefix("seeupo train: error: ") + "\n"
+
+
+def test_verify_quick_of_a_refused_estimator_says_that_none_of_its_cells_ran(tmp_path, capsys):
+    # --quick runs exact cells only: the refused algorithm ran nothing, and the report must not say "sampled cells ran"
+    plugin = tmp_path / "first.py"
+    plugin.write_text(BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
+                                         "torch.arange(r.numel()), 'amin')\n"
+                                         "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)",
+                                    loss=GOOD_LOSS))
+    out = tmp_path / "verify"
+    assert main(["verify", "--algorithms", "user_algo", "--plugin", str(plugin), "--quick", "--instances", "2",
+                 "--iterations", "2", "--workers", "1", "--no-progress", "--out", str(out)]) == 0
+    text = (out / "verify.md").read_text()
+    assert "exact: refused (not symmetric in its group)**; none of its cells ran (no sampled mode was requested)." in text
+    assert "sampled cells ran" not in text

@@ -20,8 +20,9 @@ contract of a loss forbids it (exact mode's symmetry assumption is the estimator
 
 The default test runs the commands in-process (``main([...])``, stdout and stderr captured) on the
 defects the boundary names, the profile's examples (15 under `ci`: about 20 s on 2 shared cores); the ``slow`` variant draws every
-defect, the verdict ones included, and runs ``verify`` as a real process with two spawned workers,
-so that a worker's error must reach the parent as the same one line.
+defect, the verdict ones included, and runs every command as a real process (``verify`` with two
+spawned workers, so that a worker's error must reach the parent as the same one line). The verdict
+defects also run in-process (``test_a_defect_no_single_call_shows_is_the_verdict``, slow: 10-20 s each).
 """
 
 from __future__ import annotations
@@ -254,7 +255,9 @@ def _judge(defect: Defect, result: Outcome, plugin: str) -> None:
         assert not (result.out / "failed.txt").exists(), where
 
 
-def _run_all(defect: Defect, *, spawn_workers: bool) -> None:
+def _run_all(defect: Defect, *, real_processes: bool) -> None:
+    """Each command on ``defect``'s plugin, in-process or (``real_processes``) as ``python -m seeupo`` with
+    ``verify``'s two spawned workers, each answer judged by :func:`_judge`."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         plugin = folder / f"hostile_{defect.name.replace('-', 'minus_')}.py"
@@ -263,8 +266,8 @@ def _run_all(defect: Defect, *, spawn_workers: bool) -> None:
         os.chdir(folder)  # the error line names the plugin relative to the working directory
         try:
             for command, (argv, out) in _commands(folder, plugin.name).items():
-                if command == "verify" and spawn_workers:
-                    result = _subprocess(command, [*argv, "--workers", "2"], out, folder)
+                if real_processes:  # check's own searches use hypothesis, which may not nest inside this test's
+                    result = _subprocess(command, [*argv, "--workers", "2"] if command == "verify" else argv, out, folder)
                 else:
                     result = _in_process(command, [*argv, "--workers", "1"] if command == "verify" else argv, out)
                 _judge(defect, result, plugin.name)
@@ -275,17 +278,17 @@ def _run_all(defect: Defect, *, spawn_workers: bool) -> None:
 @settings(max_examples=settings.default.max_examples)
 @given(defect=NAMED)
 def test_a_hostile_plugin_is_named_in_one_line_by_check_verify_and_train(defect):
-    _run_all(defect, spawn_workers=False)
+    _run_all(defect, real_processes=False)
 
 
 @pytest.mark.slow
 @settings(max_examples=max(12, settings.default.max_examples * 2))
 @given(defect=st.one_of(NAMED, VERDICT_DEFECTS))
 def test_a_hostile_plugin_is_named_or_its_defect_is_the_verdict_thorough(defect):
-    _run_all(defect, spawn_workers=True)
+    _run_all(defect, real_processes=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("defect", VERDICT_CASES, ids=lambda d: d.name)
 def test_a_defect_no_single_call_shows_is_the_verdict(defect):
-    _run_all(defect, spawn_workers=False)
+    _run_all(defect, real_processes=False)
