@@ -456,7 +456,7 @@ def test_a_broken_plugin_is_one_line_in_train_before_the_run_folder_exists(case,
 def test_a_plugin_that_breaks_during_the_run_marks_the_run_folder_failed(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plugin = tmp_path / "late.py"  # sound on the dry run's call, broken on every later one (the run's)
-    plugin.write_text(BROKEN.format(body="    CALLS.append(1)\n    return good if len(CALLS) == 1 else good[:, :1]",
+    plugin.write_text(BROKEN.format(body="    CALLS.append(1)\n    return good if len(CALLS) == 1 else good.sum(1)",
                                     loss=GOOD_LOSS).replace("import torch\n", "import torch\nCALLS = []\n", 1))
     assert main(_train(tmp_path, "--plugin", plugin.name, "--set", "algorithm.preset=user_algo")) == 2
     err = _one_line_error(capsys)
@@ -479,3 +479,22 @@ def test_verify_quick_of_a_refused_estimator_says_that_none_of_its_cells_ran(tmp
     text = (out / "verify.md").read_text()
     assert "exact: refused (not symmetric in its group)**; none of its cells ran (no sampled mode was requested)." in text
     assert "sampled cells ran" not in text
+
+
+def test_train_names_a_broken_turn_order_and_m_factor_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "pieces.py"
+    plugin.write_text("from seeupo.core.config import preset, register_preset\n"
+                      "from seeupo.core.registry import register_m_factor, register_turn_order\n"
+                      "@register_turn_order('stuck')\n"
+                      "def stuck(num_turns, cfg, generator):\n    return [0] * num_turns\n"
+                      "@register_m_factor('shrinking')\n"
+                      "def shrinking(factor, ratio, cfg):\n    return factor[:-1]\n"
+                      "register_preset(preset('seeupo', name='stuck_seeupo', order='stuck'))\n"
+                      "register_preset(preset('seeupo', name='shrinking_seeupo', m_factor='shrinking'))\n")
+    for algorithm, line in (("stuck_seeupo", "turn order 'stuck' (pieces.py:3): expected a permutation"),
+                            ("shrinking_seeupo", "M factor 'shrinking' (pieces.py:6): expected factor of shape")):
+        assert main(_train(tmp_path, "--plugin", plugin.name, "--set", f"algorithm.preset={algorithm}")) == 2
+        err = _one_line_error(capsys)
+        assert err.startswith("seeupo train: error: " + line), err
+        assert not (tmp_path / "run").exists()

@@ -199,16 +199,15 @@ def dry_run(cfg: Any) -> None:
     """
     generator = torch.Generator().manual_seed(20232)
     estimator, loss, agg = adv_estimator(cfg.advantage), policy_loss(cfg.update), aggregation(cfg.aggregation)
-    users = [e for e in (estimator, loss, agg) if not e.builtin]
-    sequential = getattr(cfg, "schedule", "simultaneous") == "sequential"
     order, m_factor = TURN_ORDERS.get(cfg.order), M_FACTORS.get(cfg.m_factor)
-    if not users and not (sequential and not (order.builtin and m_factor.builtin)):
+    sequential = cfg.schedule == "sequential"  # only a sequential update calls a turn order and an M factor
+    used = [estimator, loss, agg] + ([order, m_factor] if sequential else [])
+    if all(entry.builtin for entry in used):
         return
     batch, critic, oracle = to_batch(random_trajectories(max(2, cfg.group_size), generator))
     if not estimator.builtin or not loss.builtin:
-        with torch.no_grad():  # the core computes the advantages without grad, as here
-            adv = call_estimator(estimator, batch, cfg, critic_values=critic if estimator.needs_critic else None,
-                                 oracle=oracle if estimator.needs_oracle else None)
+        adv = call_estimator(estimator, batch, cfg, critic_values=critic if estimator.needs_critic else None,
+                             oracle=oracle if estimator.needs_oracle else None)
         if not loss.builtin:
             noise = 0.01 * torch.randn(batch.logp_old.shape, generator=generator, dtype=DTYPE)
             logp_new = (batch.logp_old + noise * batch.token_mask).requires_grad_()
