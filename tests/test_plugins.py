@@ -498,3 +498,15 @@ def test_train_names_a_broken_turn_order_and_m_factor_before_the_run_folder_exis
         err = _one_line_error(capsys)
         assert err.startswith("seeupo train: error: " + line), err
         assert not (tmp_path / "run").exists()
+
+
+def test_check_stopped_by_a_plugin_error_leaves_the_signal_handlers_as_they_were(tmp_path, capsys):
+    # the loss breaks inside the cells, after check installed its SIGTERM handler: a check that left SIGTERM and SIGINT
+    # ignored made every later process of this one ignore them too (a verify pool's terminate() then hung)
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    plugin = _broken_plugin(tmp_path, "no_grad")
+    assert main(["check", "user_algo", "--quick", "--no-bridge", "--no-progress", "--plugin", str(plugin),
+                 "--out", str(tmp_path / "check")]) == 2
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
