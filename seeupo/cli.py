@@ -481,6 +481,7 @@ def _require_llm_extra() -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     _require_llm_extra()
+    from seeupo.core.contract import dry_run
     from seeupo.llm.checkpoint import latest_checkpoint, saved_run_config
     from seeupo.llm.config import check_for_training, load_train_config, resume_changes
     from seeupo.llm.distributed import launched_by_torchrun, shutdown
@@ -489,6 +490,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     overrides = list(args.set) + ([f"out_dir={args.out}"] if args.out else [])
     cfg = load_train_config(args.config, overrides, args.plugin)
     check_for_training(cfg)
+    # a broken plugin is named before the run folder exists (else it would hold a config and a partial log)
+    dry_run(cfg.algorithm)
     # every check of the run folder comes before it is created or a model is loaded
     out = Path(cfg.out_dir)
     checkpoint = latest_checkpoint(out / "checkpoints") if out.is_dir() else None
@@ -522,7 +525,12 @@ def _holds_run(out: Path) -> bool:
     return any((out / name).exists() for name in (METRICS_FILE, "config.yaml", "checkpoints"))
 
 
+# written into a run folder when a plugin broke its contract during the run: the error's one line and the step
+FAILED_FILE = "failed.txt"
+
+
 def _train(cfg, args: argparse.Namespace, trainer, out: Path, *, resume: bool) -> int:
+    from seeupo.core.boundary import PluginError
     from seeupo.llm.metrics import METRICS_FILE
     from seeupo.llm.trainer import TrainingDiverged
 
@@ -540,6 +548,12 @@ def _train(cfg, args: argparse.Namespace, trainer, out: Path, *, resume: bool) -
         if trainer.is_main:
             print(f"seeupo train: stopped: {err}", file=sys.stderr)
         return 1
+    except PluginError as err:
+        # a plugin that broke only after the run began (the dry run before it passed): the folder already holds
+        # config.yaml and the steps logged so far, so it is marked as a finished, failed run
+        if trainer.is_main and out.is_dir():
+            (out / FAILED_FILE).write_text(f"failed at step {trainer.step_count + 1}: {err}\n")
+        raise
     say(f"Wrote {out / METRICS_FILE} and checkpoints under {out / 'checkpoints'}.")
     return 0
 

@@ -67,6 +67,13 @@ def test_new_algorithm_doc_runs(tmp_path, monkeypatch, fresh_plugins):
     # what the walk-through claims it produced
     assert (tmp_path / "check_median" / "check.md").exists() and (tmp_path / "verify_median" / "verify.json").exists()
     assert namespace["saved"]["algorithm"]["name"] == "median_grpo"
+    # section 4: the policy loss, M factor and turn order of my_pieces.py, checked and verified as the text says
+    import json
+
+    smooth = json.loads((tmp_path / "check_smooth" / "check.json").read_text())
+    assert smooth["monotonicity"]["measured"] == "J decreased"
+    pieces = json.loads((tmp_path / "verify_pieces" / "verify.json").read_text())
+    assert {c["row"] for c in pieces["cells"]} == {"rotating_seeupo", "seeupo"}
     assert namespace["saved"]["plugins"][0].startswith("my_median.py@sha256:")  # below the working directory: relative
     # the train example learns: the format warm-up met its target, then the exact J rose (measured: 0.418 -> 0.628
     # in 3 steps, seed 0; the margin leaves half of that to the platform's floating point)

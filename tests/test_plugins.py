@@ -473,3 +473,73 @@ def test_a_plugin_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch
     err = _one_line_error(capsys)
     assert "plugin typo.py failed to import: TypeError:" in err and "clip_eps" in err and err.endswith("(at typo.py:3 in <module>)"), err
     assert "typo_grpo" not in plugins.loaded_plugins() and not (tmp_path / "check").exists()
+
+
+@pytest.mark.parametrize("case", ["n_traj", "nan", "mutate", "raise", "no_grad"])
+def test_a_broken_plugin_is_one_line_in_train_before_the_run_folder_exists(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = _broken_plugin(tmp_path, case)
+    assert main(_train(tmp_path, "--plugin", plugin.name, "--set", "algorithm.preset=user_algo")) == 2
+    err = _one_line_error(capsys)
+    name = "policy loss 'user_loss' ({file}:17)" if case == "no_grad" else "advantage estimator 'user_adv' ({file}:8)"
+    assert err.startswith("seeupo train: error: " + name.format(file=plugin.name)), err
+    assert not (tmp_path / "run").exists()  # the dry run named it before the folder was created
+
+
+def test_a_plugin_that_breaks_during_the_run_marks_the_run_folder_failed(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "late.py"  # sound on the dry run's call, broken on every later one (the run's)
+    plugin.write_text(BROKEN.format(body="    CALLS.append(1)\n    return good if len(CALLS) == 1 else good.sum(1)",
+                                    loss=GOOD_LOSS).replace("import torch\n", "import torch\nCALLS = []\n", 1))
+    assert main(_train(tmp_path, "--plugin", plugin.name, "--set", "algorithm.preset=user_algo")) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith("seeupo train: error: advantage estimator 'user_adv' (late.py:9): expected advantages"), err
+    run = tmp_path / "run"
+    assert (run / "config.yaml").exists()
+    assert (run / "failed.txt").read_text() == "failed at step 1: " + err.removeprefix("seeupo train: error: ") + "\n"
+
+
+def test_verify_quick_of_a_refused_estimator_says_that_none_of_its_cells_ran(tmp_path, capsys):
+    # --quick runs exact cells only: the refused algorithm ran nothing, and the report must not say "sampled cells ran"
+    plugin = tmp_path / "first.py"
+    plugin.write_text(BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
+                                         "torch.arange(r.numel()), 'amin')\n"
+                                         "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)",
+                                    loss=GOOD_LOSS))
+    out = tmp_path / "verify"
+    assert main(["verify", "--algorithms", "user_algo", "--plugin", str(plugin), "--quick", "--instances", "2",
+                 "--iterations", "2", "--workers", "1", "--no-progress", "--out", str(out)]) == 0
+    text = (out / "verify.md").read_text()
+    assert "exact: refused (not symmetric in its group)**; none of its cells ran (no sampled mode was requested)." in text
+    assert "sampled cells ran" not in text
+
+
+def test_train_names_a_broken_turn_order_and_m_factor_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "pieces.py"
+    plugin.write_text("from seeupo.core.config import preset, register_preset\n"
+                      "from seeupo.core.registry import register_m_factor, register_turn_order\n"
+                      "@register_turn_order('stuck')\n"
+                      "def stuck(num_turns, cfg, generator):\n    return [0] * num_turns\n"
+                      "@register_m_factor('shrinking')\n"
+                      "def shrinking(factor, ratio, cfg):\n    return factor[:-1]\n"
+                      "register_preset(preset('seeupo', name='stuck_seeupo', order='stuck'))\n"
+                      "register_preset(preset('seeupo', name='shrinking_seeupo', m_factor='shrinking'))\n")
+    for algorithm, line in (("stuck_seeupo", "turn order 'stuck' (pieces.py:3): expected a permutation"),
+                            ("shrinking_seeupo", "M factor 'shrinking' (pieces.py:6): expected factor of shape")):
+        assert main(_train(tmp_path, "--plugin", plugin.name, "--set", f"algorithm.preset={algorithm}")) == 2
+        err = _one_line_error(capsys)
+        assert err.startswith("seeupo train: error: " + line), err
+        assert not (tmp_path / "run").exists()
+
+
+def test_check_stopped_by_a_plugin_error_leaves_the_signal_handlers_as_they_were(tmp_path, capsys):
+    # the loss breaks inside the cells, after check installed its SIGTERM handler: a check that left SIGTERM and SIGINT
+    # ignored made every later process of this one ignore them too (a verify pool's terminate() then hung)
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    plugin = _broken_plugin(tmp_path, "no_grad")
+    assert main(["check", "user_algo", "--quick", "--no-bridge", "--no-progress", "--plugin", str(plugin),
+                 "--out", str(tmp_path / "check")]) == 2
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

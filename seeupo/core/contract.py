@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.core.boundary import PluginError, call_estimator, label
-from seeupo.core.registry import AdvantageEstimator, adv_estimator
+from seeupo.core.boundary import (PluginError, call_aggregation, call_estimator, call_m_factor, call_policy_loss,
+                                  call_turn_order, label)
+from seeupo.core.registry import M_FACTORS, TURN_ORDERS, AdvantageEstimator, adv_estimator, aggregation, policy_loss
 
 Tensor = torch.Tensor
 DTYPE = torch.float64
@@ -182,3 +183,39 @@ def _first_failure(entry: AdvantageEstimator, cfg: Any) -> str | None:
     if not _close(weighted[own_t], expected):
         return WEIGHTS
     return None
+
+
+def dry_run(cfg: Any) -> None:
+    """Call each user-registered piece of the algorithm ``cfg`` once, through the boundary, on a small random batch.
+
+    ``cfg`` is the :class:`~seeupo.core.config.AlgorithmConfig`. The pieces are those a run of ``cfg``
+    calls: the advantage estimator, the policy loss (on advantages of the estimator and a ``logp_new``
+    that requires grad, as in an update) and the aggregation; with ``schedule="sequential"`` also the
+    turn order and the ``M`` factor (when it reads the ratio). The built-in entries are skipped (the
+    test suite checks them). A broken piece raises :class:`~seeupo.core.boundary.PluginError`, the
+    one line of the boundary, so that a command can refuse before it creates its output folder or
+    loads a model: ``seeupo train`` calls it first. The batch is random, so a function broken only on
+    some inputs (a NaN when all returns tie) may pass here and still be stopped by the boundary later.
+    """
+    generator = torch.Generator().manual_seed(20232)
+    estimator, loss, agg = adv_estimator(cfg.advantage), policy_loss(cfg.update), aggregation(cfg.aggregation)
+    order, m_factor = TURN_ORDERS.get(cfg.order), M_FACTORS.get(cfg.m_factor)
+    sequential = cfg.schedule == "sequential"  # only a sequential update calls a turn order and an M factor
+    used = [estimator, loss, agg] + ([order, m_factor] if sequential else [])
+    if all(entry.builtin for entry in used):
+        return
+    batch, critic, oracle = to_batch(random_trajectories(max(2, cfg.group_size), generator))
+    if not estimator.builtin or not loss.builtin:
+        adv = call_estimator(estimator, batch, cfg, critic_values=critic if estimator.needs_critic else None,
+                             oracle=oracle if estimator.needs_oracle else None)
+        if not loss.builtin:
+            noise = 0.01 * torch.randn(batch.logp_old.shape, generator=generator, dtype=DTYPE)
+            logp_new = (batch.logp_old + noise * batch.token_mask).requires_grad_()
+            call_policy_loss(loss, logp_new, batch, adv.detach(), cfg)
+    if not agg.builtin:
+        call_aggregation(agg, batch.token_mask.sum(1).to(DTYPE), batch.valid.to(DTYPE))
+    if sequential and not order.builtin:
+        call_turn_order(order, 2, cfg, generator)
+    if sequential and m_factor.uses_ratio and not m_factor.builtin:
+        k = batch.num_trajectories
+        call_m_factor(m_factor, torch.ones(k, dtype=DTYPE), 1.0 + 0.1 * torch.rand(k, generator=generator, dtype=DTYPE), cfg)

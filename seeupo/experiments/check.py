@@ -543,6 +543,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     times: dict[str, float] = {}
     estimate: dict[str, Any] = {}
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
+    failed = False
     try:
         cal = calibration or calibrate(name, cfg, exact)
         budget = fit(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
@@ -573,8 +574,17 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         # a search catches the interrupt to save its case, then raises a plain one: the name is kept here
         partial = str(stop) if isinstance(stop, Interrupted) else (_SIGNALS[-1] if _SIGNALS else "SIGINT")
         say(f"interrupted ({partial}): writing the report of what finished")
+    except BaseException:
+        failed = True
+        raise
     finally:
-        if main_thread:  # the report is written whatever comes now; a second signal waits for it
+        if main_thread and failed:
+            # an error (a plugin's one line) propagates and no report follows: the handlers as they were. Left
+            # ignored, SIGTERM and SIGINT would stay ignored in this process and in every process it starts later
+            # (a worker pool's terminate() could then not stop its workers: verify hung)
+            signal.signal(signal.SIGTERM, previous_handler)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        elif main_thread:  # the report is written whatever comes now; a second signal waits for it
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

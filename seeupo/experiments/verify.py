@@ -594,6 +594,13 @@ def _modes_run(report: dict[str, Any]) -> list[str]:
     return [m for m in ("exact", "sampled") if any(c["mode"] == m and not c.get("refused") for c in report["cells"])]
 
 
+def _after_refusal(report: dict[str, Any], name: str) -> str:
+    """What ran of an algorithm whose exact cells were refused: its sampled cells, or (``--quick``, ``--modes
+    exact``) nothing, which the report must not call "only its sampled cells"."""
+    ran = any(c.get("row") == name and c["mode"] == "sampled" and not c.get("refused") for c in report["cells"])
+    return "only its sampled cells ran" if ran else "none of its cells ran (no sampled mode was requested)"
+
+
 def headline(report: dict[str, Any]) -> list[str]:
     """What a reader must not miss, before any table: no signal, refusals, counterexamples, a partial run."""
     lines = []
@@ -606,7 +613,7 @@ def headline(report: dict[str, Any]) -> list[str]:
                      + "): the update never moved J there (advantages all zero or not finite, or J constant to 1e-12 "
                        "on every instance), so those cells measured nothing.")
     for name, reason in report.get("exact_refused", {}).items():
-        lines.append(f"**{name}: {refused_label(reason)}**; only its sampled cells ran.")
+        lines.append(f"**{name}: {refused_label(reason)}**; {_after_refusal(report, name)}.")
     decreasing = [e for e in report.get("counterexamples", []) if e.get("decreases")]
     if decreasing:
         lines.append("**J decreased** in saved counterexamples that replay: " + "; ".join(
@@ -677,8 +684,8 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     lines += [f"[{k}] {n}" + "  " for k, n in enumerate(notes, 1)]
     refused = report.get("exact_refused") or {name: "registered with exact=False" for name in report.get("no_exact_mode", [])}
     if refused:
-        lines += ["", "; ".join(f"{name}: exact: refused ({reason})" for name, reason in refused.items())
-                  + "; only sampled cells were run.", ""]
+        lines += ["", "; ".join(f"{name}: exact: refused ({reason}); {_after_refusal(report, name)}"
+                                for name, reason in refused.items()) + ".", ""]
     if cfg.get("plugins") and not embedded:
         lines += ["", "Plugins: " + ", ".join(f"`{p}`" for p in cfg["plugins"]), ""]
     found = disagreements(report)

@@ -434,7 +434,7 @@ def test_export_module_named_in_verl_use_external_modules_registers_on_import_ve
 
 
 def test_new_algorithm_doc_export_block_runs(tmp_path):
-    """docs/new_algorithm.md §4: its plugin, exported by its own verl block, runs in verl's registry."""
+    """docs/new_algorithm.md §5: its plugin, exported by its own verl block, runs in verl's registry."""
     import re
     from pathlib import Path
 
