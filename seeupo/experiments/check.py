@@ -756,12 +756,18 @@ def figure(report: dict[str, Any], path: Path) -> None:
 
 def write(report: dict[str, Any], out: Path) -> None:
     """``check.json``, ``check.md`` and ``check.png`` in ``out``."""
+    _write_outputs(report, out, markdown, figure)
+
+
+def _write_outputs(report: dict[str, Any], out: Path, render: Callable[[dict[str, Any]], str],
+                   draw: Callable[[dict[str, Any], Path], None]) -> None:
+    """``report`` as ``check.json``, ``render(report)`` as ``check.md`` and ``draw``'s ``check.png``, in ``out``."""
     from seeupo.validation import dumps
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "check.json").write_text(dumps(report, indent=1) + "\n")
-    (out / "check.md").write_text(markdown(report))
-    figure(report, out / "check.png")
+    (out / "check.md").write_text(render(report))
+    draw(report, out / "check.png")
 
 
 def summary_line(report: dict[str, Any]) -> str:
@@ -968,9 +974,4 @@ def compare_figure(result: dict[str, Any], path: Path) -> None:
 
 def write_compare(result: dict[str, Any], out: Path) -> None:
     """The comparison's ``check.json``, ``check.md`` and ``check.png`` in ``out``."""
-    from seeupo.validation import dumps
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "check.json").write_text(dumps(result, indent=1) + "\n")
-    (out / "check.md").write_text(compare_markdown(result))
-    compare_figure(result, out / "check.png")
+    _write_outputs(result, out, compare_markdown, compare_figure)
