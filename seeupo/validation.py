@@ -243,13 +243,12 @@ def _typed(value: Any, hint: Any, field: str, bounds: dict[str, tuple[float, flo
         inner = [p for p in params if p is not type(None)]
         if len(inner) == 1:
             return _typed(value, inner[0], field, bounds)
-        errors = []
         for option in inner:  # e.g. bool | Literal["auto"]: the first type that takes the value
             try:
                 return _typed(value, option, field, bounds)
-            except InputError as error:
-                errors.append(error.message)
-        raise InputError(field, "; or ".join(errors))
+            except InputError:
+                pass
+        raise InputError(field, f"must be {' or '.join(map(_described, inner))}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, list):
             raise InputError(field, f"must be a list, got {type_name(value)}")
@@ -271,6 +270,15 @@ def _typed(value: Any, hint: Any, field: str, bounds: dict[str, tuple[float, flo
     if hint is str:
         return str_field(value, field)
     raise TypeError(f"no validator for type {hint!r} of field {field}")  # a toolkit bug, not an input error
+
+
+def _described(hint: Any) -> str:
+    """A type hint as an error message names it: ``true or false``, ``'auto'``, ``a number``."""
+    if hint is bool:
+        return "true or false"
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(repr(v) for v in typing.get_args(hint))
+    return {int: "an integer", float: "a number", str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def dataclass_from_dict(cls: type, data: Any, where: str, bounds: dict[str, tuple[float, float]] | None = None) -> Any:

@@ -408,14 +408,17 @@ def test_a_broken_plugin_is_one_line_from_verify_worker_processes(case, tmp_path
     assert not out.exists()
 
 
+# A_i = R_i - R_first (the group's first trajectory): depends on the rows' order in the group
+FIRST_MATE = BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
+                                "torch.arange(r.numel()), 'amin')\n"
+                                "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)", loss=GOOD_LOSS)
+
+
 def test_a_position_dependent_estimator_is_refused_for_exact_mode_and_runs_sampled(tmp_path, capsys):
     import json
 
     plugin = tmp_path / "first.py"
-    plugin.write_text(BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
-                                         "torch.arange(r.numel()), 'amin')\n"
-                                         "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)",
-                                    loss=GOOD_LOSS))
+    plugin.write_text(FIRST_MATE)
     out = tmp_path / "check"
     assert main(["check", "user_algo", "--quick", "--no-bridge", "--no-progress", "--plugin", str(plugin),
                  "--out", str(out)]) == 0
@@ -502,10 +505,7 @@ def test_a_plugin_that_breaks_during_the_run_marks_the_run_folder_failed(tmp_pat
 def test_verify_quick_of_a_refused_estimator_says_that_none_of_its_cells_ran(tmp_path, capsys):
     # --quick runs exact cells only: the refused algorithm ran nothing, and the report must not say "sampled cells ran"
     plugin = tmp_path / "first.py"
-    plugin.write_text(BROKEN.format(body="    first = torch.full((batch.num_groups,), r.numel()).scatter_reduce(0, g, "
-                                         "torch.arange(r.numel()), 'amin')\n"
-                                         "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)",
-                                    loss=GOOD_LOSS))
+    plugin.write_text(FIRST_MATE)
     out = tmp_path / "verify"
     assert main(["verify", "--algorithms", "user_algo", "--plugin", str(plugin), "--quick", "--instances", "2",
                  "--iterations", "2", "--workers", "1", "--no-progress", "--out", str(out)]) == 0

@@ -85,3 +85,16 @@ def test_flag_types():
 def test_table_cells():
     assert table_cells(2, (3, 4)) == 2 * 3 + 2 * 3 * 4
     assert table_cells(1, (2, 2), (3, 1)) == 6 + 6 * 2
+
+
+def test_a_field_of_several_types_takes_any_and_names_them_all_when_none_fits():
+    from seeupo.validation import InputError, dataclass_from_dict
+
+    @dataclass(frozen=True)
+    class Switch:
+        on: bool | Literal["auto"] = "auto"
+
+    assert dataclass_from_dict(Switch, {"on": True}, "cfg").on is True
+    assert dataclass_from_dict(Switch, {"on": "auto"}, "cfg").on == "auto"
+    with pytest.raises(InputError, match=r"field 'cfg.on': must be true or false or 'auto', got 'maybe'$"):
+        dataclass_from_dict(Switch, {"on": "maybe"}, "cfg")

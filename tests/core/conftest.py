@@ -56,3 +56,12 @@ def build_batch(
 def make_batch():
     """The :func:`build_batch` helper, as a fixture (avoids importing conftest by name)."""
     return build_batch
+
+
+@pytest.fixture
+def registered():
+    """Names registered by a test, unregistered afterwards so that the built-in menu stays as shipped."""
+    added: list[tuple[object, str]] = []
+    yield added
+    for registry, name in added:
+        registry.remove(name)

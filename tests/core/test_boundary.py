@@ -23,15 +23,6 @@ from seeupo.validation import InputError
 HERE = "tests/core/test_boundary.py:"
 
 
-@pytest.fixture
-def registered():
-    """Names registered by a test, unregistered afterwards."""
-    added: list[tuple[object, str]] = []
-    yield added
-    for registry, name in added:
-        registry.remove(name)
-
-
 def _batch(make_batch):
     # trajectory 0 has two turns (the second with a padded token that holds -inf, as a language model may leave it)
     return make_batch(

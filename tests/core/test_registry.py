@@ -30,15 +30,6 @@ from seeupo.validation import InputError, dataclass_from_dict
 DT = torch.float64
 
 
-@pytest.fixture
-def registered():
-    """Names registered by a test, unregistered afterwards so that the built-in menu stays as shipped."""
-    added: list[tuple[object, str]] = []
-    yield added
-    for registry, name in added:
-        registry.remove(name)
-
-
 class ParamPolicy:
     """``log pi`` of every token is its own parameter: gradients are the objective's partial derivatives."""
 
