@@ -12,8 +12,10 @@ the model's dtype: with activation checkpointing, each layer's input (kept for t
 plus one layer's intermediate tensors and their gradients during its backward pass; without it,
 every layer's intermediate tensors. The log-probabilities never hold ``[tokens x vocabulary]``
 (:mod:`seeupo.llm.logprobs`), so the vocabulary adds only a fixed chunk. The 1.5 covers what the
-count leaves out (allocator fragmentation, the attention kernel's own buffers). The estimate is
-checked on an H100 by ``benchmarks/gpu_step.py`` (peak memory per pass against the budget).
+count leaves out (allocator fragmentation, the attention kernel's own buffers). Measured so far: on
+one H100 with the Qwen3-1.7B shape (``benchmarks/gpu_step.py``) every step under this budget ran
+without running out of memory, peaking at 37.2 GiB; the budget itself was not recorded there, so how
+close a pass came to it is not yet known.
 
 On the CPU there is no budget (``None``): memory is the machine's, and a pass takes what it needs.
 """
