@@ -306,6 +306,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
 
     specs = algorithm_searches(name)
     for i, spec in enumerate(specs):
+        _stop_if_signalled()
         start = time.perf_counter()
         mine = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(specs) - i)
         result = search(spec.cases(), claim=spec.claim, description=spec.description,
@@ -509,6 +510,14 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(_SIGNALS[-1])
 
 
+def _stop_if_signalled() -> None:
+    """Raise :class:`Interrupted` for a signal already received: the handler's own exception is lost when
+    the signal lands inside a callback whose exceptions Python ignores (a garbage-collection callback of
+    hypothesis's, seen once in CI), so the check looks again between its parts and searches."""
+    if _SIGNALS:
+        raise Interrupted(_SIGNALS[-1])
+
+
 def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
           bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None,
           calibration: Calibration | None = None, report_dir: Path | None = None) -> dict[str, Any]:
@@ -557,6 +566,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         times["verify"] = time.perf_counter() - t
         if verify_report.get("partial"):
             raise KeyboardInterrupt
+        _stop_if_signalled()
         t = time.perf_counter()
         if exact:
             say(f"[2/3] searches: {budget.max_examples} cases each")
@@ -570,6 +580,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
             bridge_result = run_bridge(name, budget, out, plugins, say)
             times["bridge"] = time.perf_counter() - t
+        _stop_if_signalled()
     except KeyboardInterrupt as stop:
         # a search catches the interrupt to save its case, then raises a plain one: the name is kept here
         partial = str(stop) if isinstance(stop, Interrupted) else (_SIGNALS[-1] if _SIGNALS else "SIGINT")
