@@ -4,7 +4,8 @@
 #   1. gpu_step.py: one training step per (turns, preset, layout) at the BFCL shape (seconds, peak, MFU);
 #   2. generation_gpu.py: HF engine decoding at batch 32, dynamic cache against the static one;
 #   3. logprob_memory.py: peak memory of the log-prob paths at Qwen3's vocabulary;
-#   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger).
+#   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger);
+# on the CPU also layer_kernels.py (the decoder layers' fused kernels against transformers' own).
 # SHAPE=tiny DEVICE=cpu is the CPU dry run of the same scripts at small sizes (CI runs it).
 set -u
 PY=${PYTHON:-python3}
@@ -24,8 +25,13 @@ status=0
 timeout 380 "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
 timeout 90 "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1
 timeout 45 "$PY" benchmarks/logprob_memory.py --device "$DEVICE" --out "$OUT/logprob_memory.jsonl" "${LOGPROB[@]}" || status=1
+# on a GPU layer_kernels.py runs by itself (about 2 minutes more than this call's 8-minute budget allows)
+if [ "$DEVICE" = cpu ]; then
+  timeout 120 "$PY" benchmarks/layer_kernels.py --shape tiny --device cpu --context 100 --turns 2 --arms torch,compiled \
+    --out "$OUT/layer_kernels.jsonl" || status=1
+fi
 if [ "$DEVICE" = cuda ]; then
   timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
-    tests/llm/test_logprobs.py -k "cuda or liger" 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+    tests/llm/test_logprobs.py tests/llm/test_kernels.py -k "cuda or liger" 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
 fi
 exit $status

@@ -12,7 +12,8 @@ that fails (out of memory included) is recorded as an error and the run goes on.
 skips what would start after it.
 
 Settings are the trainer's defaults on a GPU: activation checkpointing on (``parallel.
-activation_checkpointing: auto``), no token budget given (``micro_batch_tokens`` chosen from the
+activation_checkpointing: auto``), liger's RMSNorm and SwiGLU kernels (``optim.layer_kernels:
+auto``; first checked against a float32 copy, :func:`check_layer_kernels`), no token budget given (``micro_batch_tokens`` chosen from the
 device's memory, :mod:`seeupo.llm.memory`), ``micro_batch_rows`` 8, tree attention (flex) for the
 packed layouts, the LM head on the read positions only.
 
@@ -25,7 +26,7 @@ vocabulary x response tokens scored + 12 x layers x heads x head_dim x attention
 recomputation is not counted (the convention of ``benchmarks/gpu_train.py``).
 
 ``--shape tiny --device cpu`` is the CPU dry run of the same code (a few seconds; in CI through
-``tests/test_benchmarks_gpu_step.py``)::
+``make benchmark-gpu SHAPE=tiny DEVICE=cpu``)::
 
     python benchmarks/gpu_step.py --shape qwen3-1.7b --device cuda --out results/gpu_step.jsonl
     python benchmarks/gpu_step.py --shape tiny --device cpu --context 200 --out /tmp/gpu_step.jsonl
@@ -34,6 +35,7 @@ recomputation is not counted (the convention of ``benchmarks/gpu_train.py``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -116,6 +118,46 @@ def check_kernels(device: torch.device, dtype: torch.dtype, logprobs: str) -> tu
     return path, record
 
 
+def profile_step(step, top: int = 30) -> dict:
+    """Where one step's device time goes: the ``top`` kernels by their own device time (torch.profiler),
+    and the total over all kernels; on the CPU, the operators' own CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+    events = [e for e in prof.key_averages() if (e.self_device_time_total if cuda else e.self_cpu_time_total) > 0]
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    events.sort(key=own, reverse=True)
+    return {"clock": "device" if cuda else "cpu", "total_ms": sum(own(e) for e in events) / 1e3,
+            "top": [{"name": e.key[:160], "ms": round(own(e) / 1e3, 2), "count": e.count} for e in events[:top]]}
+
+
+def check_layer_kernels(model: torch.nn.Module, shape: str, device: torch.device, choice: str) -> dict:
+    """Apply ``optim.layer_kernels`` (``choice``) to ``model`` as the trainer does, after measuring the
+    fused layers' error against a float32 copy beside the plain layers' own in ``model``'s dtype
+    (:func:`layer_kernels.accuracy`: a 2-layer model, forward and gradients). A fused path that
+    fails, or errs more than twice the plain one (+1e-3), leaves ``model`` on the torch modules,
+    and the record says why."""
+    from layer_kernels import accuracy
+
+    from seeupo.llm.kernels import apply_layer_kernels, layer_kernels_unavailable
+
+    record: dict = {}
+    try:
+        if choice != "torch" and layer_kernels_unavailable(model, device) is None:
+            errors = accuracy(shape, ["torch", "liger"], device, next(model.parameters()).dtype)
+            record["layer_kernels_accuracy"] = errors
+            plain, fused = errors["torch"], errors["liger"]
+            if "error" in fused or any(fused[k] > 2 * plain[k] + 1e-3 for k in ("hidden_rel", "grad_rel")):
+                raise ValueError(f"fused layers against float32: {fused}; plain: {plain}")
+        record["layer_kernels"] = apply_layer_kernels(model, choice, device)
+    except Exception as error:
+        record |= {"layer_kernels": "torch", "layer_kernels_error": f"{type(error).__name__}: {str(error)[:300]}"}
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     import multiturn_cost as mc
     from gpu_train import PEAK_BF16
@@ -131,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch-tokens", type=int, default=None, help="default: chosen from the device's memory")
     p.add_argument("--logprobs", default="auto", choices=("auto", "chunked", "reference", "liger"),
                    help="the log-prob path (optim.logprobs)")
+    p.add_argument("--layer-kernels", default="auto", choices=("auto", "liger", "torch"),
+                   help="the decoder layers' norm and MLP kernels (optim.layer_kernels)")
+    p.add_argument("--profile", action="store_true", help="after the plan, profile one step of its first item")
     p.add_argument("--deadline", type=float, default=420.0, help="seconds after which no step starts")
     p.add_argument("--out", required=True, help="JSON-lines file the results are appended to")
     args = p.parse_args(argv)
@@ -163,14 +208,15 @@ def main(argv: list[str] | None = None) -> int:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = next((v for k, v in PEAK_BF16.items() if k in name), 0.0)
-    model = mc.shape_model(args.shape, dtype).to(device)
+    model = mc.shape_model(args.shape, dtype, device)
+    layer_kernels = check_layer_kernels(model, args.shape, device, args.layer_kernels)  # before checkpointing, as the trainer
     checkpointing = args.checkpointing == "on" or (args.checkpointing == "auto" and device.type == "cuda")
     if checkpointing:
         enable_activation_checkpointing(model)
     logprobs, kernels = check_kernels(device, dtype, args.logprobs)
     emit({"event": "setup", "device": name, "shape": args.shape, "dtype": str(dtype), "checkpointing": checkpointing,
           "torch": torch.__version__, "transformers": transformers.__version__, "setup_s": round(time.time() - started, 1)}
-         | kernels)
+         | kernels | layer_kernels)
     batches: dict[int, object] = {}  # turns -> the batch (one at a time: the plan is grouped by turns)
     warmed: set[tuple[int, str]] = set()
     failed = 0
@@ -203,8 +249,22 @@ def main(argv: list[str] | None = None) -> int:
             record["wall_seconds"] = time.perf_counter() - step_start
             emit(record)
             warmed.add((turns, layout))
+            result = None
+            gc.collect()  # the step's model copies sit in reference cycles: free them before the next peak is read
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    if args.profile and plan and time.time() - started < args.deadline:
+        turns, preset, layout = plan[0]
+        batch, _ = mc.bfcl_batch(model.config.vocab_size, 10, tasks=1, group=8, turns=turns,
+                                 context=args.context, response=150, observation=200)
+        cfg = mc._config(preset, argparse.Namespace(group=8, epochs=1, minibatches=1))
+        try:
+            emit({"event": "profile", "T": turns, "preset": preset, "layout": layout, "device": name}
+                 | profile_step(lambda: mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
+                                                        micro_batch_tokens=args.micro_batch_tokens,
+                                                        fuse=mc._fused(preset), logprobs=logprobs)))
+        except Exception as error:
+            emit({"event": "profile", "error": f"{type(error).__name__}: {str(error)[:400]}"})
     emit({"event": "done", "total_s": round(time.time() - started, 1), "failed_steps": failed})
     return 1 if failed else 0  # every step was tried; a failed one is in the record, and in the exit code
 

@@ -346,6 +346,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
         "tokens": {p: counter.tokens[p] for p in order}, "padded": {p: counter.padded[p] for p in order},
         "calls": {p: counter.calls[p] for p in order}, "optimizer_steps": stats.steps, "scoring_passed_to": passed,
         "attention_pairs": {p: counter.pairs[p] for p in order}, "reads": dict(counter.reads),
+        "token_budget": {"policy": policy.auto_budget(), "reference": reference._policy.auto_budget() if reference else None},
     }
     if timed:
         result["seconds"] = {p: seconds[p] for p in order}
@@ -353,8 +354,9 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     return result
 
 
-def shape_model(shape: str, dtype: torch.dtype) -> torch.nn.Module:
-    """A randomly initialised Qwen3 of a released model's shape (``gpu_train.SHAPES``: ``qwen3-1.7b``, ...)."""
+def shape_model(shape: str, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """A randomly initialised Qwen3 of a released model's shape (``gpu_train.SHAPES``: ``qwen3-1.7b``, ...),
+    initialised on ``device`` (on a GPU in seconds; a 1.7B model on the CPU takes over a minute)."""
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     sys.path.insert(0, str(HERE))
@@ -362,7 +364,8 @@ def shape_model(shape: str, dtype: torch.dtype) -> torch.nn.Module:
 
     torch.manual_seed(0)
     config = Qwen3Config(**SHAPES[shape], max_position_embeddings=65536)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 
 def _setup(args: argparse.Namespace):

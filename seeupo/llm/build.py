@@ -23,6 +23,7 @@ from seeupo.llm.config import TrainConfig
 from seeupo.llm.distributed import (
     Distributed, barrier, broadcast_from_main, enable_activation_checkpointing, rollout_replica, shard_model,
 )
+from seeupo.llm.kernels import apply_layer_kernels
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel
 from seeupo.llm.rollout import HFGenerateEngine, RolloutEngine
 from seeupo.validation import InputError
@@ -85,6 +86,10 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
                   micro_batch_tokens=cfg.optim.micro_batch_tokens, collective=dp)
     if dist is not None:
         broadcast_from_main(model)
+    try:  # before the copies: the reference and the critic run the same kernels
+        apply_layer_kernels(model, cfg.optim.layer_kernels, dist.device if dist is not None else next(model.parameters()).device)
+    except ValueError as err:
+        raise InputError("config.optim.layer_kernels", str(err)) from None
     reference_model = copy.deepcopy(model) if algo.kl_coef > 0 else None
     critic = None
     if adv_estimator(algo.advantage).needs_critic:

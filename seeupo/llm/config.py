@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from seeupo.core.config import BUILTIN_PRESETS, PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator
+from seeupo.llm.kernels import LayerKernels
 from seeupo.llm.logprobs import LogprobPath
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
@@ -154,6 +155,10 @@ class OptimConfig:
       (the head run on chunks of positions, recomputed in the backward pass, so no
       ``[positions x vocabulary]`` tensor is kept: 45x less memory to score, 9x less to update at
       Qwen3's vocabulary); ``"reference"`` the plain ``log_softmax`` over the logits.
+    layer_kernels: the decoder layers' RMSNorms and SwiGLU MLPs (:mod:`seeupo.llm.kernels`; the
+      same arithmetic, fused): ``"auto"`` liger-kernel's fused kernels on CUDA where it is
+      installed and knows the model type (as TRL's ``use_liger_kernel`` and verl's ``use_liger``),
+      else ``"torch"``, transformers' own modules; ``"liger"`` where it cannot run is an error.
     max_non_finite: stop the run after this many optimizer steps in a row were skipped for a
       non-finite loss or gradient (a checkpoint is written first).
     critic_lr: the value model's learning rate (``ppo`` only).
@@ -170,6 +175,7 @@ class OptimConfig:
     scoring: Scoring = "prefix_shared"
     fuse_ratio_passes: bool = True
     logprobs: LogprobPath = "auto"
+    layer_kernels: LayerKernels = "auto"
     max_non_finite: int = 3
     critic_lr: float = 1e-5
 
@@ -336,7 +342,8 @@ RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
     "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
-    "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "optim.logprobs", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
+    "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "optim.logprobs", "optim.layer_kernels",
+    "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
 # env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):
