@@ -52,6 +52,8 @@ $(VERL_BIN)/.seeupo-verl: pyproject.toml
 	$(VERL_BIN)/pip install --quiet --upgrade pip
 	$(VERL_BIN)/pip install --quiet "$(TORCH_SPEC)"
 	$(VERL_BIN)/pip install --quiet "$(VERL_SPEC)" "$(TORCH_SPEC)"
+	# imported at module level by verl's engine workers and legacy trainer, not declared by verl 0.9.1
+	$(VERL_BIN)/pip install --quiet uvicorn fastapi cachetools
 	$(VERL_BIN)/pip install --quiet -e ".[test]" "$(TORCH_SPEC)"
 	touch $(VERL_BIN)/.seeupo-verl
 

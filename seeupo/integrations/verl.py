@@ -30,8 +30,8 @@ Options verl has no key for (``grae_center``, ``grae_scale``, ``grae_clamp``, ``
 :class:`~seeupo.core.config.AlgorithmConfig` passed to :func:`register_in_verl`; its clip,
 aggregation, KL and epoch fields are not read (verl's own keys hold them). One verl row is one
 sequence, so a sequence ratio is taken over the row's ``response_mask`` tokens whatever
-``ratio_scope`` says. SeeUPO's sequential per-turn update does not carry over (verl's actor
-updates all tokens at once): see ``docs/verl.md``.
+``ratio_scope`` says. SeeUPO's sequential per-turn update is not a loss (verl's actor updates
+all tokens at once): it runs as verl's actor worker, :mod:`seeupo.integrations.verl_worker`.
 
 This module needs verl; importing it without verl is a one-line ImportError.
 """
@@ -95,7 +95,8 @@ def register_in_verl(
     Args:
       cfg: the options of the exported pieces that verl has no key for (see the module
         docstring); ``None``: :class:`AlgorithmConfig`'s defaults. A ``schedule="sequential"``
-        configuration is refused: verl has no per-turn update to run it.
+        configuration is refused: verl's actor has no per-turn update (SeeUPO's worker,
+        :mod:`seeupo.integrations.verl_worker`, runs it).
       adv_estimators, policy_losses: seeupo names to export; ``None``: every registered one
         that can run in verl, the others listed in ``skipped`` with the reason. A name given
         explicitly that cannot be exported is a ValueError.
@@ -282,8 +283,9 @@ def _checked(cfg: AlgorithmConfig | None) -> AlgorithmConfig:
     cfg = AlgorithmConfig() if cfg is None else cfg
     if cfg.schedule == "sequential":
         raise ValueError(
-            "AlgorithmConfig.schedule='sequential' does not carry over to verl (its actor updates every turn at once; "
-            "see docs/verl.md); export a schedule='simultaneous' configuration"
+            "AlgorithmConfig.schedule='sequential' is not a loss verl's actor can run (it updates every turn at once); "
+            "run it with SeeUPO's verl worker (seeupo.integrations.verl_worker, docs/verl.md), or export a "
+            "schedule='simultaneous' configuration"
         )
     return cfg
 

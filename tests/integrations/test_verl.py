@@ -194,7 +194,7 @@ def test_estimators_that_cannot_run_in_verl_are_skipped_or_refused():
     assert (core_algos.ADV_ESTIMATOR_REGISTRY, core_algos.POLICY_LOSS_REGISTRY) == before  # nothing half-exported
     with pytest.raises(ValueError, match="not a registered advantage estimator"):
         register_in_verl(adv_estimators=["no_such_estimator"])
-    with pytest.raises(ValueError, match="schedule='sequential' does not carry over"):
+    with pytest.raises(ValueError, match="schedule='sequential' is not a loss verl's actor can run"):
         register_in_verl(preset("seeupo"))
 
 
