@@ -93,7 +93,8 @@ def sample_batch_from_verl(data: Any, *, gamma: float = 1.0, pad_token_id: int =
     turn's from the start), so a terminal reward lands on the last turn; ``traj_return`` is
     ``sum_t gamma^t reward_t``. ``group_id`` numbers verl's ``uid`` (a prompt's rollouts) in order
     of appearance. ``logp_old`` comes from ``old_log_probs``, in ``dtype`` (default: its own).
-    A missing key, or a shape that does not match, is a ``ValueError`` naming it.
+    A missing key, a shape that does not match, or a batch without any turn is a one-line
+    ``ValueError`` saying which.
     """
     tensors, extra = data.batch, data.non_tensor_batch
     missing = [k for k in REQUIRED_KEYS if k not in tensors.keys()]
@@ -109,7 +110,9 @@ def sample_batch_from_verl(data: Any, *, gamma: float = 1.0, pad_token_id: int =
         raise ValueError(f"attention_mask must be [B, P + R] = [{B}, {P + R}] and response_mask [B, R] = [{B}, {R}]; "
                          f"got {tuple(tensors['attention_mask'].shape)} and {tuple(response_mask.shape)}")
     spans = turn_spans(response_mask)
-    T = max(1, max(len(s) for s in spans))
+    if not any(spans):
+        raise ValueError("no row of the verl batch has an assistant turn (response_mask is 0 everywhere)")
+    T = max(len(s) for s in spans)
     prompt_real = tensors["attention_mask"][:, :P].bool()
     old = tensors["old_log_probs"]
     dtype = dtype or old.dtype

@@ -247,3 +247,60 @@ def test_positional_carry_gives_factors_to_other_trajectories(tiny):
     wrong = (positional - keyed).abs() > 1e-6
     assert int(wrong.sum()) >= 2
     assert float((positional - keyed).abs().max()) > 1e-3
+
+
+@pytest.fixture
+def user_algorithm():
+    """A user's sequential algorithm: a registered turn order and M factor (removed afterwards)."""
+    from seeupo.core.registry import M_FACTORS, TURN_ORDERS, register_m_factor, register_turn_order
+
+    @register_turn_order("test_middle_first")
+    def middle_first(num_turns, cfg, generator):
+        """The middle turn, then the others in order."""
+        middle = num_turns // 2
+        return [middle] + [t for t in range(num_turns) if t != middle]
+
+    @register_m_factor("test_sqrt_ratio")
+    def sqrt_ratio(factor, ratio, cfg):
+        """``F <- F * sqrt(ratio)``."""
+        return factor * ratio.to(factor.dtype).sqrt()
+
+    yield config(order="test_middle_first", m_factor="test_sqrt_ratio")
+    TURN_ORDERS.remove("test_middle_first")
+    M_FACTORS.remove("test_sqrt_ratio")
+
+
+def test_a_registered_sequential_algorithm_runs_the_same_on_verls_batch(tiny, user_algorithm):
+    eps, old, ref = problem(8, tiny)
+    cfg = user_algorithm
+    direct, logp_ref = direct_batch(eps, old, ref)
+    model_a, model_b = copy.deepcopy(tiny), copy.deepcopy(tiny)
+    from seeupo.llm.policy import CausalLMPolicy
+
+    stats_a = policy_update(CausalLMPolicy(model_a, temperature=0.9, scoring="per_row"),
+                            torch.optim.SGD(model_a.parameters(), lr=0.05), direct, compute_advantages(direct, cfg), cfg,
+                            UpdateSettings(logp_ref=logp_ref, max_grad_norm=1.0))
+    stats_b, _ = sequential_update(model_b, torch.optim.SGD(model_b.parameters(), lr=0.05), verl_batch(eps, old, ref),
+                                   cfg, temperature=0.9)
+    assert stats_a.turn_order == stats_b.turn_order == [1, 0, 2]
+    assert (params(model_a) - params(model_b)).abs().max() < TOL
+    assert (stats_a.factor - stats_b.factor).abs().max() < TOL
+
+
+def test_batches_it_cannot_read_are_one_line_errors(tiny):
+    eps, old, ref = problem(9, tiny)
+    data = verl_batch(eps, old, ref)
+    data.batch["response_mask"].zero_()
+    with pytest.raises(ValueError, match=r"^no row of the verl batch has an assistant turn \(response_mask is 0 everywhere\)$"):
+        sample_batch_from_verl(data)
+    data = verl_batch(eps, old, ref)
+    data.pop(batch_keys=["old_log_probs"])
+    with pytest.raises(ValueError, match=r"^the verl batch lacks old_log_probs \("):
+        sample_batch_from_verl(data)
+    data = verl_batch(eps, old, ref)
+    data.non_tensor_batch.pop("uid")
+    with pytest.raises(ValueError, match=r"^the verl batch lacks non_tensor_batch\['uid'\]"):
+        sample_batch_from_verl(data)
+    with pytest.raises(ValueError, match="advantage='gae' needs a critic"):
+        sequential_update(tiny, torch.optim.SGD(tiny.parameters(), lr=0.0), verl_batch(eps, old, ref),
+                          dataclasses.replace(config(), advantage="gae"))
