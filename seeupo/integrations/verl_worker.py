@@ -34,6 +34,7 @@ from typing import Any, Mapping
 import torch
 
 try:
+    from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 except ImportError:
@@ -165,7 +166,11 @@ class SeeUPOTrainingWorker(TrainingWorker):
 
     algorithm: AlgorithmConfig | None = None
 
+    # verl's own dispatch of this method (its v1 trainer hands a TransferQueue reference, materialised here)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_mini_batch(self, data: Any) -> Any:
+        """The update on the actor's batch ``data`` (this rank's rows; module docstring); returns verl's
+        ``{"metrics": ...}`` TensorDict on the rank that reports, ``None`` elsewhere."""
         from seeupo.core.parallel import DataParallel
 
         cfg = self.algorithm if self.algorithm is not None else algorithm_from(json.loads(os.environ[ALGORITHM_ENV]))
@@ -181,17 +186,17 @@ class SeeUPOTrainingWorker(TrainingWorker):
                     module.set_gradient_divide_factor(1.0)
         temperature = float(tu.get(data, "temperature", default=1.0))
         with self.engine.train_mode(disable_auto_offload=bool(tu.get(data, "disable_auto_offload", default=False))):
+            dynamic = bool(getattr(self.engine_config, "use_dynamic_bsz", False))
             _, metrics = sequential_update(
                 self.engine.module, self.engine.optimizer, rows, cfg, temperature=temperature,
-                pad_token_id=int(getattr(self.model_config, "pad_token_id", 0) or 0),
-                micro_batch_tokens=getattr(self.engine_config, "max_token_len_per_gpu", None),
-                max_grad_norm=self.engine.optimizer_config.clip_grad, dp=dp,
-                owner=owner if dp is not None else None)
-            self.engine.lr_scheduler.step()
+                micro_batch_tokens=getattr(self.engine_config, "max_token_len_per_gpu", None) if dynamic else None,
+                max_grad_norm=self.optimizer_config.clip_grad, dp=dp, owner=owner if dp is not None else None)
+            self.engine.lr_scheduler_step()  # once per update, as verl's own mini-batch loop
         if not self.engine.is_mp_src_rank_with_outputs():
             return None
-        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {k.removeprefix("actor/"): [v]
-                                                                                for k, v in metrics.items()}}).cpu()
+        metrics = {k.removeprefix("actor/"): [v] for k, v in metrics.items()}
+        metrics["mfu"] = [float("nan")]  # verl's trainer reads it (perf/mfu/actor); not measured here
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics}).cpu()
 
 
 class SeeUPOActorRolloutRefWorker(ActorRolloutRefWorker):

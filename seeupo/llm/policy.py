@@ -66,7 +66,7 @@ from seeupo.llm.config import Scoring
 from seeupo.llm.layout import packing_plan, shared_prefix_lengths
 from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
 from seeupo.llm.memory import auto_token_budget, is_checkpointed
-from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree
+from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree, prepared_mask
 from seeupo.validation import InputError
 
 Tensor = torch.Tensor
@@ -551,7 +551,7 @@ def _pass_inputs(
         return inputs, _Reads(lambda out: out[slot, pos - first], target, mask)
     packed = pack_tree(ids, lengths, prefix, prefix_row, kernel)
     inputs = dict(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                  attention_mask={"full_attention": packed.mask}, use_cache=False)
+                  attention_mask=prepared_mask(packed.mask), use_cache=False)
     # padding columns (masked) may read any position: the row's first token
     index = packed.index[slot, pos].clamp_min(0)
     return inputs, _Reads(lambda out: out[0, index], target, mask)

@@ -16,9 +16,13 @@ computes what it computes in the row forwarded alone, gradients included: the pe
 numbers up to floating-point summation order (the tests bound it). ``"packed"`` is the special
 case of groups with an empty prefix and one branch each (a document mask).
 
-How the rule reaches the model: transformers' decoder models take an ``attention_mask`` that is a
-mapping from layer type to a prepared mask and pass it to the attention function untouched; the
-pass gives ``{"full_attention": TreeMask(...)}``. :func:`enable_tree_attention` registers an
+How the rule reaches the model: transformers' decoder models take a 4-D ``attention_mask`` as a
+mask already prepared (``masking_utils`` returns it as is, for every model family) and hand it to
+the attention function; the pass gives :func:`prepared_mask`, an empty 4-D tensor that carries the
+:class:`TreeMask` as an attribute. (A mapping ``{"full_attention": TreeMask}``, transformers' other
+way in, is not taken by every family: Llama's model under transformers 5.24 builds its mask from
+it and fails.) Activation checkpointing keeps that tensor with the layer's inputs, so the
+recomputation sees the same rule. :func:`enable_tree_attention` registers an
 attention function under its own name (``seeupo_tree_<base>``, e.g. ``seeupo_tree_sdpa``) that
 computes the tree rule for a :class:`TreeMask` and calls the model's own attention function
 (``sdpa``, ``eager``) for anything else, so generation and per-row scoring are unchanged, and
@@ -125,13 +129,33 @@ class PackedPass:
     mask: TreeMask
 
 
+def prepared_mask(mask: TreeMask) -> Tensor:
+    """``mask`` as the ``attention_mask`` of a model call: an empty ``[1, 1, 0, 0]`` tensor (a 4-D
+    mask, passed through untouched) that carries the rule (:func:`tree_of` reads it back)."""
+    carrier = torch.empty(1, 1, 0, 0, device=mask.group.device)
+    carrier.seeupo_tree = mask
+    return carrier
+
+
+def tree_of(attention_mask: Any) -> TreeMask | None:
+    """The :class:`TreeMask` an attention call's ``attention_mask`` carries (:func:`prepared_mask`, a
+    mapping's ``"full_attention"`` entry, or the mask itself), else ``None``."""
+    if isinstance(attention_mask, dict):
+        attention_mask = attention_mask.get("full_attention")
+    if isinstance(attention_mask, TreeMask):
+        return attention_mask
+    tree = getattr(attention_mask, "seeupo_tree", None) if isinstance(attention_mask, Tensor) else None
+    return tree if isinstance(tree, TreeMask) else None
+
+
 def call_tokens(input_ids: Tensor, attention_mask: Any) -> tuple[int, int]:
     """``(real, computed)`` tokens of one model call: a packed row's real tokens under a tree mask,
     the mask's ones of the computed positions under a 2-D mask (a key/value cache's positions
     excluded), all positions without one; ``computed`` counts padding too (what a dense kernel does)."""
     computed = int(input_ids.shape[0]) * int(input_ids.shape[1])
-    if isinstance(attention_mask, dict) and isinstance(attention_mask.get("full_attention"), TreeMask):
-        return attention_mask["full_attention"].tokens, computed
+    tree = tree_of(attention_mask)
+    if tree is not None:
+        return tree.tokens, computed
     if isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
         return int(attention_mask[:, -input_ids.shape[1]:].sum()), computed
     return computed, computed
@@ -141,8 +165,8 @@ def attention_pairs(input_ids: Tensor, attention_mask: Any) -> int:
     """The (query, key) pairs one model call's causal attention computes on real tokens (for model FLOPs):
     under a tree mask each segment's queries against its prefix and its own earlier tokens; under a
     2-D mask (right-padded rows) or none, ``L (L + 1) / 2`` per row of ``L`` real tokens."""
-    if isinstance(attention_mask, dict) and isinstance(attention_mask.get("full_attention"), TreeMask):
-        tree = attention_mask["full_attention"]
+    tree = tree_of(attention_mask)
+    if tree is not None:
         return sum((s.end - s.start) * s.prefix_len + (s.end - s.start) * (s.end - s.start + 1) // 2
                    for s in tree.segments if s.start < tree.tokens)
     if isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
@@ -295,11 +319,12 @@ def _register(base: str) -> str:
 
     def attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                   scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
-        if not isinstance(attention_mask, TreeMask):
+        tree = tree_of(attention_mask)
+        if tree is None:
             return base_fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
         if dropout > 0:
             raise ValueError("tree attention computes without dropout; keep the model's attention dropout at 0")
-        out = tree_attention(query, key, value, attention_mask, scaling)
+        out = tree_attention(query, key, value, tree, scaling)
         return out.transpose(1, 2).contiguous(), None
 
     ALL_ATTENTION_FUNCTIONS.register(name, attention)
@@ -319,7 +344,7 @@ def enable_tree_attention(model: torch.nn.Module) -> str | None:
     can, else a one-line reason why not (the model is then left as it was).
 
     Needs a transformers model whose layers all use full attention through an attention function
-    of the registry (``sdpa`` or ``eager``) and that passes a prepared mask mapping through to it;
+    of the registry (``sdpa`` or ``eager``) and that passes a prepared 4-D mask through to it;
     checked by a 3-token probe: ``[a | b, c]`` (prefix ``a``, branches ``b`` and ``c``) must give at
     ``c`` the hidden state of the row ``a, c`` forwarded alone. Idempotent: the answer is kept on
     the model (its configuration names the tree function; a reason in ``_seeupo_no_tree``), so a
@@ -366,10 +391,10 @@ def _probe(model: torch.nn.Module) -> str | None:
     try:
         with torch.no_grad():
             tree = _last_hidden(model(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                                      attention_mask={"full_attention": packed.mask}, use_cache=False))
+                                      attention_mask=prepared_mask(packed.mask), use_cache=False))
             alone = _last_hidden(model(input_ids=ids[:, [0, 2]], position_ids=torch.tensor([[0, 1]], device=device),
                                        use_cache=False))
-    except Exception as error:  # a model that does not take a mask mapping fails here
+    except Exception as error:  # a model that does not take a prepared 4-D mask fails here
         return f"it does not take a prepared attention mask ({type(error).__name__}: {str(error)[:120]})"
     finally:
         # FSDP2 keeps the root's parameters gathered after a forward (for the backward that usually

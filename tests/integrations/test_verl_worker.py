@@ -126,3 +126,56 @@ def test_the_launcher_refuses_before_any_worker_starts():
     assert errors == [line for line in out.stderr.splitlines() if "Traceback" not in line and line.startswith("error")]
     assert len(errors) == 1 and "verl runs a critic" in errors[0]
     assert "Traceback" not in out.stderr
+
+
+class StandInEngine:
+    """verl's FSDP engine as the worker uses it, around a plain module on the CPU (one rank)."""
+
+    def __init__(self, module, optimizer):
+        self.module, self.optimizer, self.scheduler_steps = module, optimizer, 0
+
+    def get_data_parallel_group(self):
+        return None
+
+    def get_data_parallel_size(self):
+        return 1
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def is_mp_src_rank_with_outputs(self):
+        return True
+
+    def train_mode(self, **kwargs):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def lr_scheduler_step(self):
+        self.scheduler_steps += 1
+
+
+def test_the_workers_train_mini_batch_runs_the_update_on_a_stand_in_engine(tiny):
+    """The worker's own method (verl's dispatch decorator included), its engine replaced by a CPU stand-in."""
+    from types import SimpleNamespace
+
+    eps, old, ref = problem(10, tiny)
+    cfg = config()
+    a, b = copy.deepcopy(tiny), copy.deepcopy(tiny)
+    sequential_update(a, torch.optim.SGD(a.parameters(), lr=0.05), verl_batch(eps, old, ref), cfg, temperature=0.9)
+    worker = object.__new__(verl_worker.SeeUPOTrainingWorker)  # verl's __init__ builds a CUDA engine
+    worker.engine = StandInEngine(b, torch.optim.SGD(b.parameters(), lr=0.05))
+    worker.engine_config = SimpleNamespace(use_dynamic_bsz=False)
+    worker.optimizer_config = SimpleNamespace(clip_grad=1.0)
+    worker.algorithm = cfg
+    data = worker_batch(verl_batch(eps, old, ref))
+    from verl.utils import tensordict_utils as tu
+
+    tu.assign_non_tensor(data, temperature=0.9)
+    out = worker.train_mini_batch(data)
+    assert (params(a) - params(tiny)).abs().max() > 1e-4
+    assert (params(a) - params(b)).abs().max() < 1e-12
+    assert worker.engine.scheduler_steps == 1
+    metrics = tu.get(out, "metrics")
+    assert {"pg_loss", "kl_loss", "grad_norm", "fused_ratio_passes", "mfu"} <= set(metrics)
+    assert metrics["fused_ratio_passes"] == [1.0] and metrics["optimizer_steps"] == [3.0]

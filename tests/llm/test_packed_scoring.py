@@ -25,7 +25,7 @@ from seeupo.llm.agent import AgentLimits, StepResult, run_episodes
 from seeupo.llm.distributed import enable_activation_checkpointing
 from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, effective_scoring, shared_micro_batches
-from seeupo.llm.tree_attention import call_tokens, enable_tree_attention
+from seeupo.llm.tree_attention import call_tokens, enable_tree_attention, tree_of
 from seeupo.llm.layout import pack_rows, packing_plan, shared_prefix_lengths
 from seeupo.llm.rollout import Completion, SamplingParams
 
@@ -509,8 +509,8 @@ def test_the_update_micro_batches_are_the_policys_passes(exact64, layout, whole)
         def hook(module, args, kw):
             mask = kw["attention_mask"]
             # a packed row: its branches are the rows it forwards
-            rows = (int((mask["full_attention"].branch.unique() >= 0).sum()) if isinstance(mask, dict)
-                    else kw["input_ids"].shape[0])
+            tree = tree_of(mask)
+            rows = int((tree.branch.unique() >= 0).sum()) if tree is not None else kw["input_ids"].shape[0]
             calls.append((rows, call_tokens(kw["input_ids"], mask)[0]))
 
         handle = model.base_model.register_forward_pre_hook(hook, with_kwargs=True)

@@ -22,7 +22,8 @@ from seeupo.validation import InputError
 from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy
 from seeupo.llm.tree_attention import (
-    FLEX_BLOCK, Segment, call_tokens, enable_tree_attention, pack_tree, segment_attention, tree_allows, tree_attention,
+    FLEX_BLOCK, Segment, call_tokens, enable_tree_attention, pack_tree, prepared_mask, segment_attention, tree_allows,
+    tree_attention, tree_of,
 )
 
 CUDA = torch.cuda.is_available()
@@ -125,7 +126,7 @@ def test_one_call_gives_each_row_forwarded_alone(exact64):
     ids = _rows(lengths.tolist(), prefix.tolist(), prefix_row.tolist(), vocab=model.config.vocab_size)
     packed = pack_tree(ids, lengths, prefix, prefix_row)
     out = model(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                attention_mask={"full_attention": packed.mask}, use_cache=False).logits[0]
+                attention_mask=prepared_mask(packed.mask), use_cache=False).logits[0]
     for i, n in enumerate(lengths.tolist()):
         alone = model(input_ids=ids[i : i + 1, :n], use_cache=False).logits[0]
         torch.testing.assert_close(out[packed.index[i, :n]], alone, rtol=0, atol=1e-12)
@@ -221,3 +222,28 @@ def test_policy_on_cuda_equals_per_row(tiny32, lm_batch):
     want = CausalLMPolicy(copy.deepcopy(model), scoring="per_row").token_logps(batch)
     got = CausalLMPolicy(model, scoring="prefix_shared").token_logps(batch)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_every_family_takes_the_rule_through_a_prepared_mask(family):
+    """Llama's model under transformers 5.24 refuses a mask mapping (it builds its mask from it); a
+    prepared 4-D mask reaches every family's attention: the packed pass equals each row alone (float64)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if family == "llama" else (Qwen3Config, Qwen3ForCausalLM)
+    torch.manual_seed(0)
+    model = model_cls(config_cls(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                 attn_implementation="sdpa")).to(torch.float64).eval()
+    assert enable_tree_attention(model) is None
+    lengths, prefix, prefix_row = torch.tensor([9, 12, 6]), torch.tensor([5, 5, 0]), torch.tensor([0, 0, 1])
+    ids = _rows(lengths.tolist(), prefix.tolist(), prefix_row.tolist(), vocab=64)
+    packed = pack_tree(ids, lengths, prefix, prefix_row)
+    carrier = prepared_mask(packed.mask)
+    assert carrier.shape == (1, 1, 0, 0) and tree_of(carrier) is packed.mask
+    assert tree_of({"full_attention": packed.mask}) is packed.mask and tree_of(torch.ones(1, 1, 2, 2)) is None
+    out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=carrier,
+                use_cache=False).logits[0]
+    for i, n in enumerate(lengths.tolist()):
+        alone = model(input_ids=ids[i : i + 1, :n], use_cache=False).logits[0]
+        torch.testing.assert_close(out[packed.index[i, :n]], alone, rtol=0, atol=1e-12)
