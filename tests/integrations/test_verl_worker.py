@@ -42,9 +42,11 @@ def _needs_verl():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from seeupo.llm.models import tiny_qwen3
+    from seeupo.llm.models import norms_in_model_dtype, tiny_qwen3
 
-    return tiny_qwen3(seed=0, dtype=torch.float64)[0]
+    # float64 throughout: transformers' RMSNorm rounds its gradient to float32 otherwise, and the
+    # packed and per-row layouts round different sums (tests/llm/test_packed_scoring.py)
+    return norms_in_model_dtype(tiny_qwen3(seed=0, dtype=torch.float64)[0])
 
 
 def worker_batch(data):
