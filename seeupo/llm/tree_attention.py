@@ -131,8 +131,9 @@ class PackedPass:
 
 def prepared_mask(mask: TreeMask) -> Tensor:
     """``mask`` as the ``attention_mask`` of a model call: an empty ``[1, 1, 0, 0]`` tensor (a 4-D
-    mask, passed through untouched) that carries the rule (:func:`tree_of` reads it back)."""
-    carrier = torch.empty(1, 1, 0, 0, device=mask.group.device)
+    mask, passed through untouched) that carries the rule (:func:`tree_of` reads it back). Boolean,
+    so that FSDP2's mixed precision, which casts floating-point inputs into new tensors, keeps it."""
+    carrier = torch.empty(1, 1, 0, 0, dtype=torch.bool, device=mask.group.device)
     carrier.seeupo_tree = mask
     return carrier
 
