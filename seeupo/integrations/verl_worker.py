@@ -17,10 +17,12 @@ the recipe in ``configs/verl/``, ``docs/verl.md``):
 :func:`verl_config_refusal` checks a composed verl config before Ray or any worker starts: what
 verl cannot carry is one line naming it (:func:`main` exits 2).
 
-Not run here: the worker and trainer classes need CUDA GPUs and Ray (verl's engine refuses a
-CPU device). ``make test-verl`` runs, on the CPU, everything they call: the batch as the worker
-receives it (verl's own ``to_tensordict`` and ``left_right_2_no_padding``), the update on it
-against the core, the config checks on verl's composed default config, and the registration.
+Not run here: verl's own engine and worker group (they need CUDA GPUs and Ray; verl's engine
+refuses a CPU device) and the v1 trainer (it imports ``transfer_queue``). ``make test-verl`` runs,
+on the CPU: the batch as the worker receives it (verl's own ``to_tensordict`` and
+``left_right_2_no_padding``), :meth:`SeeUPOTrainingWorker.train_mini_batch` on a stand-in engine
+(one process, and two gloo processes with FSDP2) against the core, the config checks on the
+recipe composed with verl's config, and the launcher's refusal.
 """
 
 from __future__ import annotations

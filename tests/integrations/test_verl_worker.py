@@ -131,22 +131,22 @@ def test_the_launcher_refuses_before_any_worker_starts():
 
 
 class StandInEngine:
-    """verl's FSDP engine as the worker uses it, around a plain module on the CPU (one rank)."""
+    """verl's FSDP engine as the worker uses it, around a module on the CPU (``rank`` of ``world``, the default group)."""
 
-    def __init__(self, module, optimizer):
-        self.module, self.optimizer, self.scheduler_steps = module, optimizer, 0
+    def __init__(self, module, optimizer, rank: int = 0, world: int = 1):
+        self.module, self.optimizer, self.rank, self.world, self.scheduler_steps = module, optimizer, rank, world, 0
 
     def get_data_parallel_group(self):
         return None
 
     def get_data_parallel_size(self):
-        return 1
+        return self.world
 
     def get_data_parallel_rank(self):
-        return 0
+        return self.rank
 
     def is_mp_src_rank_with_outputs(self):
-        return True
+        return self.rank == 0
 
     def train_mode(self, **kwargs):
         import contextlib
@@ -157,27 +157,59 @@ class StandInEngine:
         self.scheduler_steps += 1
 
 
-def test_the_workers_train_mini_batch_runs_the_update_on_a_stand_in_engine(tiny):
-    """The worker's own method (verl's dispatch decorator included), its engine replaced by a CPU stand-in."""
+def stand_in_worker(engine: StandInEngine, cfg):
+    """A ``SeeUPOTrainingWorker`` around ``engine`` (verl's ``__init__`` would build a CUDA engine)."""
     from types import SimpleNamespace
 
+    worker = object.__new__(verl_worker.SeeUPOTrainingWorker)
+    worker.engine = engine
+    worker.engine_config = SimpleNamespace(use_dynamic_bsz=False)
+    worker.optimizer_config = SimpleNamespace(clip_grad=1.0)
+    worker.algorithm = cfg
+    return worker
+
+
+def worker_input(data):
+    """``data`` as verl's trainer hands it to ``update_actor``, with the rollout temperature."""
+    from verl.utils import tensordict_utils as tu
+
+    td = worker_batch(data)
+    tu.assign_non_tensor(td, temperature=0.9)
+    return td
+
+
+def test_the_workers_train_mini_batch_runs_the_update_on_a_stand_in_engine(tiny):
+    """The worker's own method (verl's dispatch decorator included), its engine replaced by a CPU stand-in."""
     eps, old, ref = problem(10, tiny)
     cfg = config()
     a, b = copy.deepcopy(tiny), copy.deepcopy(tiny)
     sequential_update(a, torch.optim.SGD(a.parameters(), lr=0.05), verl_batch(eps, old, ref), cfg, temperature=0.9)
-    worker = object.__new__(verl_worker.SeeUPOTrainingWorker)  # verl's __init__ builds a CUDA engine
-    worker.engine = StandInEngine(b, torch.optim.SGD(b.parameters(), lr=0.05))
-    worker.engine_config = SimpleNamespace(use_dynamic_bsz=False)
-    worker.optimizer_config = SimpleNamespace(clip_grad=1.0)
-    worker.algorithm = cfg
-    data = worker_batch(verl_batch(eps, old, ref))
-    from verl.utils import tensordict_utils as tu
-
-    tu.assign_non_tensor(data, temperature=0.9)
-    out = worker.train_mini_batch(data)
+    worker = stand_in_worker(StandInEngine(b, torch.optim.SGD(b.parameters(), lr=0.05)), cfg)
+    out = worker.train_mini_batch(worker_input(verl_batch(eps, old, ref)))
     assert (params(a) - params(tiny)).abs().max() > 1e-4
     assert (params(a) - params(b)).abs().max() < 1e-12
     assert worker.engine.scheduler_steps == 1
+    from verl.utils import tensordict_utils as tu
+
     metrics = tu.get(out, "metrics")
     assert {"pg_loss", "kl_loss", "grad_norm", "fused_ratio_passes", "mfu"} <= set(metrics)
     assert metrics["fused_ratio_passes"] == [1.0] and metrics["optimizer_steps"] == [3.0]
+
+
+def test_two_ranks_each_with_half_the_rows_make_the_single_process_update(tiny, tmp_path):
+    """Two processes (gloo, FSDP2 over the tiny model), each given the rows verl's balance_batch
+    partition hands its rank: the worker gathers the batch, forwards its own rows, and FSDP2 sums
+    the gradients; the parameters equal one process's update on the whole batch."""
+    eps, old, ref = problem(12, tiny)
+    cfg = config()
+    single = copy.deepcopy(tiny)
+    sequential_update(single, torch.optim.SGD(single.parameters(), lr=0.05), verl_batch(eps, old, ref), cfg, temperature=0.9)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(Path(__file__).parent / "verl_dp_worker.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, cwd=REPO, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = torch.load(tmp_path / "params.pt")
+    got = torch.cat([result[name].flatten() for name, _ in single.named_parameters()])
+    assert (params(single) - params(tiny)).abs().max() > 1e-4
+    assert (got - params(single)).abs().max() < 1e-10
+    assert result["rows"] == [4, 4]  # each rank held half the rows
