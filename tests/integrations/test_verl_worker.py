@@ -213,3 +213,39 @@ def test_two_ranks_each_with_half_the_rows_make_the_single_process_update(tiny, 
     assert (params(single) - params(tiny)).abs().max() > 1e-4
     assert (got - params(single)).abs().max() < 1e-10
     assert result["rows"] == [4, 4]  # each rank held half the rows
+
+
+TRAINER_PROBE = """
+import os, sys, types
+
+class StandIn(types.ModuleType):  # transfer_queue: imported by verl's v1 trainer at module level, not installable here
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = type(name, (), {})
+        setattr(self, name, value)
+        return value
+
+sys.modules["transfer_queue"] = StandIn("transfer_queue")
+from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+import seeupo.integrations.verl_worker as w
+
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    config = compose("seeupo_qwen3-14b_bfcl")
+trainer = object.__new__(get_trainer_cls(w.TRAINER_MODE))
+trainer.config = config
+trainer._init_resource_pool_mgr()
+for role, actor in trainer.role_worker_mapping.items():
+    print(role, actor.__ray_metadata__.modified_class.__mro__[1].__name__)
+"""
+
+
+def test_the_trainer_mode_puts_the_seeupo_worker_in_verls_actor_role():
+    """``trainer.v1.trainer_mode: seeupo_sync`` is registered when the module is imported, and its
+    resource setup maps verl's actor role to the SeeUPO worker (verl's v1 trainer imported with a
+    stand-in for ``transfer_queue``; nothing of it runs)."""
+    out = subprocess.run([sys.executable, "-c", TRAINER_PROBE, str(RECIPE)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["actor_rollout_ref", "SeeUPOActorRolloutRefWorker"]
