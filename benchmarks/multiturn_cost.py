@@ -346,7 +346,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
         "tokens": {p: counter.tokens[p] for p in order}, "padded": {p: counter.padded[p] for p in order},
         "calls": {p: counter.calls[p] for p in order}, "optimizer_steps": stats.steps, "scoring_passed_to": passed,
         "attention_pairs": {p: counter.pairs[p] for p in order}, "reads": dict(counter.reads),
-        "token_budget": {"policy": policy.auto_budget(), "reference": reference._policy.auto_budget() if reference else None},
+        "token_budget": {"policy": policy.auto_budget(), "reference": reference.auto_budget() if reference else None},
     }
     if timed:
         result["seconds"] = {p: seconds[p] for p in order}

@@ -160,8 +160,9 @@ def sequential_refusal(cfg: AlgorithmConfig) -> str | None:
     if adv_estimator(cfg.advantage).needs_critic:
         return (f"advantage={cfg.advantage!r} needs a critic, which the actor's update does not have "
                 "(a critic-free estimator: grae, rloo, ...)")
-    if adv_estimator(cfg.advantage).needs_oracle:
-        return f"advantage={cfg.advantage!r} needs exact advantages, which only the tabular engine has"
+    if not adv_estimator(cfg.advantage).lm:  # the trainer's own check (seeupo.llm.config): exact advantages and the like
+        return (f"advantage={cfg.advantage!r} has no language-model form (registered with lm=False: it needs the "
+                "exact values of a tabular problem)")
     return None
 
 

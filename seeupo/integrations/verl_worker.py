@@ -43,6 +43,7 @@ except ImportError:
     raise ImportError("seeupo.integrations.verl_worker needs verl, which is not installed: pip install 'verl==0.9.1'") from None
 
 from seeupo.core.config import AlgorithmConfig
+from seeupo.integrations.verl import LOSS_AGG_MODES
 from seeupo.integrations.verl_sequential import REQUIRED_KEYS, sequential_refusal, sequential_update
 
 TRAINER_MODE = "seeupo_sync"
@@ -50,10 +51,6 @@ TRAINER_MODE = "seeupo_sync"
 
 ALGORITHM_ENV = "SEEUPO_ALGORITHM"
 """The environment variable that carries the ``seeupo.algorithm`` section (JSON) from :func:`main` to the workers."""
-
-# verl loss_agg_mode -> the toolkit's aggregation of the same meaning
-AGGREGATIONS = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",
-                "seq-mean-token-sum": "seq_mean_token_sum"}
 
 
 def algorithm_from(section: Mapping[str, Any] | None) -> AlgorithmConfig:
@@ -93,10 +90,10 @@ def verl_config_refusal(config: Mapping[str, Any]) -> str | None:
                 "none: set algorithm.adv_estimator=grpo (its output is not read) and critic.enable=false")
     if actor["strategy"] != "fsdp2":
         return f"actor_rollout_ref.actor.strategy={actor['strategy']!r}: the SeeUPO worker needs 'fsdp2'"
-    agg = AGGREGATIONS.get(actor["loss_agg_mode"])
+    agg = LOSS_AGG_MODES.get(actor["loss_agg_mode"], (None,))[0]
     if agg is None:
         return (f"actor_rollout_ref.actor.loss_agg_mode={actor['loss_agg_mode']!r} has no seeupo aggregation "
-                f"(one of {', '.join(AGGREGATIONS)})")
+                f"(one of {', '.join(LOSS_AGG_MODES)})")
     if agg != cfg.aggregation:
         return (f"actor_rollout_ref.actor.loss_agg_mode={actor['loss_agg_mode']!r} contradicts "
                 f"seeupo.algorithm aggregation={cfg.aggregation!r}")

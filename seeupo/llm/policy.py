@@ -599,6 +599,10 @@ class ReferencePolicy:
     def model(self) -> torch.nn.Module:
         return self._policy.model
 
+    def auto_budget(self) -> int | None:
+        """Tokens per pass chosen from the GPU's memory (:meth:`CausalLMPolicy.auto_budget`; a frozen model's)."""
+        return self._policy.auto_budget()
+
     @torch.no_grad()
     def logp_ref(self, batch: SampleBatch) -> Tensor:
         """``[n, L]`` reference log-probabilities of the batch's response tokens (0 on padding/placeholders)."""

@@ -139,12 +139,7 @@ def prepared_mask(mask: TreeMask) -> Tensor:
 
 
 def tree_of(attention_mask: Any) -> TreeMask | None:
-    """The :class:`TreeMask` an attention call's ``attention_mask`` carries (:func:`prepared_mask`, a
-    mapping's ``"full_attention"`` entry, or the mask itself), else ``None``."""
-    if isinstance(attention_mask, dict):
-        attention_mask = attention_mask.get("full_attention")
-    if isinstance(attention_mask, TreeMask):
-        return attention_mask
+    """The :class:`TreeMask` an attention call's ``attention_mask`` carries (:func:`prepared_mask`), else ``None``."""
     tree = getattr(attention_mask, "seeupo_tree", None) if isinstance(attention_mask, Tensor) else None
     return tree if isinstance(tree, TreeMask) else None
 

@@ -303,9 +303,10 @@ def test_batches_it_cannot_read_are_one_line_errors(tiny):
     data.non_tensor_batch.pop("uid")
     with pytest.raises(ValueError, match=r"^the verl batch lacks non_tensor_batch\['uid'\]"):
         sample_batch_from_verl(data)
-    with pytest.raises(ValueError, match="advantage='gae' needs a critic"):
-        sequential_update(tiny, torch.optim.SGD(tiny.parameters(), lr=0.0), verl_batch(eps, old, ref),
-                          dataclasses.replace(config(), advantage="gae"))
+    for advantage, says in (("gae", "advantage='gae' needs a critic"), ("oracle", "advantage='oracle' has no language-model form")):
+        with pytest.raises(ValueError, match=says):
+            sequential_update(tiny, torch.optim.SGD(tiny.parameters(), lr=0.0), verl_batch(eps, old, ref),
+                              dataclasses.replace(config(), advantage=advantage))
 
 
 def test_a_simultaneous_update_runs_the_same_on_verls_batch(tiny):

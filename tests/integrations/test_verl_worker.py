@@ -119,15 +119,18 @@ def test_what_verl_cannot_carry_is_refused_in_one_line(override, says):
     assert reason is not None and says in reason and "\n" not in reason
 
 
-def test_the_launcher_refuses_before_any_worker_starts():
+def test_the_launcher_refuses_before_any_worker_starts(tmp_path):
+    # hydra writes its run folder (outputs/DATE/TIME) into the working directory: keep it out of the repository
     out = subprocess.run([sys.executable, "-m", "seeupo.integrations.verl_worker", "--config-path", str(RECIPE),
                           "--config-name", "seeupo_qwen3-14b_bfcl", "critic.enable=true"],
-                         capture_output=True, text=True, timeout=300, cwd=REPO, env=os.environ | {"RAY_ADDRESS": ""})
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=os.environ | {"RAY_ADDRESS": ""})
     assert out.returncode == 2, out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert errors == [line for line in out.stderr.splitlines() if "Traceback" not in line and line.startswith("error")]
     assert len(errors) == 1 and "verl runs a critic" in errors[0]
     assert "Traceback" not in out.stderr
+    assert not (REPO / "outputs").exists()
 
 
 class StandInEngine:

@@ -346,3 +346,12 @@ def test_a_warm_up_with_a_target_stops_once_it_is_met_and_logs_what_it_reached(t
     logs = warm_up(policy, never, tok)
     assert logs["bridge/warmup_steps"] == 6 and logs[name] > before  # the cap, and the format was being learnt
     assert logs[name] == pytest.approx(measure(policy), abs=1e-12)
+
+
+@pytest.mark.parametrize("field", ["logprobs", "layer_kernels"])
+def test_liger_without_cuda_is_refused_before_the_run_folder_exists(tmp_path, capsys, field):
+    """One process trains on the CPU, GPU or not: liger's kernels cannot run there."""
+    run = tmp_path / "run"
+    assert main(["train", "--set", "steps=1", "--set", f"optim.{field}=liger", "--out", str(run), "--no-progress"]) == 2
+    assert _one_line(capsys).startswith(f"seeupo train: error: field 'config.optim.{field}': 'liger' cannot run: ")
+    assert not run.exists()

@@ -53,7 +53,7 @@ def test_pack_tree_by_hand():
     assert packed.mask.segments == [Segment(0, 3), Segment(3, 5, 0, 3), Segment(5, 6, 0, 3), Segment(6, 8, 6, 0)]
     assert packed.mask.group.tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     assert packed.mask.branch.tolist() == [-1, -1, -1, 0, 0, 1, 2, 2]
-    assert packed.mask.tokens == 8 and call_tokens(packed.input_ids, {"full_attention": packed.mask}) == (8, 8)
+    assert packed.mask.tokens == 8 and call_tokens(packed.input_ids, prepared_mask(packed.mask)) == (8, 8)
     # the flex kernel pads to a block; the padding is its own group, read by nothing
     flex = pack_tree(ids, torch.tensor([5, 4, 2]), torch.tensor([3, 3, 0]), torch.tensor([0, 0, 1]), "flex")
     assert flex.input_ids.shape == (1, FLEX_BLOCK) and flex.mask.tokens == 8
@@ -241,7 +241,7 @@ def test_every_family_takes_the_rule_through_a_prepared_mask(family):
     packed = pack_tree(ids, lengths, prefix, prefix_row)
     carrier = prepared_mask(packed.mask)
     assert carrier.shape == (1, 1, 0, 0) and tree_of(carrier) is packed.mask
-    assert tree_of({"full_attention": packed.mask}) is packed.mask and tree_of(torch.ones(1, 1, 2, 2)) is None
+    assert tree_of(torch.ones(1, 1, 2, 2)) is None and tree_of(None) is None
     out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=carrier,
                 use_cache=False).logits[0]
     for i, n in enumerate(lengths.tolist()):
