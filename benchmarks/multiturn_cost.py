@@ -13,7 +13,9 @@ One step, as :meth:`seeupo.llm.trainer.Trainer.update` makes it, for each preset
 settings: ``group_size`` 8, ``kl_coef`` 0.002; ``--epochs`` / ``--minibatches``, default 1 x 1), with
 these pass types:
 
-* ``logp_old``: rescoring the rollout's log-probabilities (no gradient);
+* ``logp_old``: rescoring the rollout's log-probabilities (no gradient), unless the update is one
+  optimizer step (1 x 1, the default), which scores them in its own passes
+  (:func:`seeupo.core.update.is_on_policy`; ``measure_step(rescore=True)`` forces the pass);
 * ``reference``: the reference model's log-probabilities for the KL term (no gradient);
 * ``critic_values``: the critic's values for GAE (``ppo`` only; no gradient);
 * ``update``: the forward + backward passes of the optimizer steps of
@@ -160,18 +162,19 @@ def row_lengths(turns_taken: list[int], turns: int, context: int, response: int,
 def per_row_expectation(lengths: list[list[int]], cfg, fuse: bool = True) -> dict[str, int]:
     """The tokens each pass type forwards in the per-row layout, by arithmetic from ``lengths``.
 
-    Every scoring pass forwards every valid row once; the update forwards every row ``epochs``
+    Every scoring pass forwards every valid row once (the policy's ``logp_old`` pass only where
+    the update is not one optimizer step: :func:`~seeupo.core.update.is_on_policy`); the update forwards every row ``epochs``
     times (minibatches partition the rows); a sequential update's ratio passes forward every
     turn's rows but the last turn's of its order: in separate passes (``fuse=False`` or a schedule
     that cannot fuse), or in the next turn's first optimizer step (the update then forwards them).
     """
     from seeupo.core.registry import adv_estimator
-    from seeupo.core.update import steps_per_turn, turn_order
+    from seeupo.core.update import is_on_policy, steps_per_turn, turn_order
 
     turns = len(lengths[0])
     total = sum(map(sum, lengths))
     by_turn = [sum(row[t] for row in lengths) for t in range(turns)]
-    out = {"logp_old": total, "reference": total if cfg.kl_coef > 0 else 0}
+    out = {"logp_old": 0 if is_on_policy(cfg) else total, "reference": total if cfg.kl_coef > 0 else 0}
     critic = adv_estimator(cfg.advantage).needs_critic
     out["critic_values"] = out["critic_update"] = total if critic else 0
     if cfg.schedule == "simultaneous":
@@ -230,7 +233,7 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
                  micro_batch_rows: int | None = 8, micro_batch_tokens: int | None = None, timed: bool = True,
-                 fuse: bool = True, logprobs: str = "auto") -> dict:
+                 fuse: bool = True, logprobs: str = "auto", rescore: bool | None = None) -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
     ``layout``: the ``scoring`` argument of the policy, the reference and the critic (for the
@@ -238,9 +241,12 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     log-prob path (:mod:`seeupo.llm.logprobs`). ``model`` is left unchanged (the step trains a
     deep copy). Returns ``{"tokens", "padded", "calls", "seconds", "peak_mib", "optimizer_steps",
     "scoring_passed_to"}``, the first five keyed by pass type (only the pass types the step makes).
+    ``rescore``: score ``logp_old`` in a pass of its own before the update; ``None``, as the trainer
+    does: unless the update is one optimizer step (:func:`~seeupo.core.update.is_on_policy`), which
+    scores them in its own passes.
     """
     from seeupo.core.registry import adv_estimator
-    from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
+    from seeupo.core.update import UpdateSettings, compute_advantages, is_on_policy, policy_update
     from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, clipped_value_loss
 
     model = copy.deepcopy(model)
@@ -303,11 +309,12 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
         counter.phase = "update"
         return out
 
+    rescore = not is_on_policy(cfg) if rescore is None else rescore
     with torch.no_grad():
-        start = phase("logp_old")
-        logp = policy.token_logps(batch)
-        done("logp_old", start)
-        batch = batch.with_updates(logp_old=logp)
+        if rescore:
+            start = phase("logp_old")
+            batch = batch.with_updates(logp_old=policy.token_logps(batch))
+            done("logp_old", start)
         logp_ref = values = None
         if reference is not None:
             start = phase("reference")
@@ -323,7 +330,8 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     stats = policy_update(policy, optimizer, batch, advantages, cfg, UpdateSettings(
         logp_ref=logp_ref, generator=torch.Generator().manual_seed(0), micro_batch_rows=micro_batch_rows,
         micro_batch_tokens=micro_batch_tokens,
-        row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=1.0, fuse_ratio_passes=fuse))
+        row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=1.0, fuse_ratio_passes=fuse,
+        old_logps_from_update=not rescore))
     done("update", start)
     del policy.token_logps
     if "m_ratio" in counter.tokens:

@@ -182,6 +182,11 @@ class UpdateSettings:
         optimizer step where the schedule allows (:func:`fused_sequential_sweep`); ``False``:
         a separate no-gradient pass (:func:`sequential_sweep`, the reference). The same update;
         only for a policy whose turns share its parameters (:class:`Policy`).
+      old_logps_from_update: the update is one optimizer step (:func:`is_on_policy`), so its own
+        passes score the batch under the parameters the batch is rated against: ``logp_old`` is
+        taken as the pass's detached log-probabilities (ratio 1, gradient ``grad log pi``; verl's
+        on-policy actor does the same), ``stats.logp_old`` returns them, and the caller needs no
+        scoring pass before the update. ``False``: ``batch.logp_old`` as given (the reference).
     """
 
     logp_ref: Tensor | None = None
@@ -192,6 +197,7 @@ class UpdateSettings:
     max_grad_norm: float | None = None
     dp: DataParallel | None = None
     fuse_ratio_passes: bool = True
+    old_logps_from_update: bool = False
 
     def select(self, rows: Tensor) -> "UpdateSettings":
         """The settings of ``batch.select(rows)``: the per-row tensors restricted to ``rows``."""
@@ -214,6 +220,8 @@ class UpdateStats:
     the other turns; :func:`final_factor` adds the last turn's ratio); where its ``M`` reads the
     ratio, ``fused_ratio_passes`` says whether the ratio passes were fused into the next turns'
     steps (:func:`fused_sequential_sweep`) and ``fusion_blocker`` why not (:func:`fusion_blocker`).
+    With ``settings.old_logps_from_update``, ``logp_old`` holds the ``[n, L]`` log-probabilities the
+    update's step scored the batch's rows with before it moved the parameters (0 off the tokens).
     """
 
     steps: int = 0
@@ -226,6 +234,7 @@ class UpdateStats:
     factor: Tensor | None = None
     fused_ratio_passes: bool | None = None
     fusion_blocker: str | None = None
+    logp_old: Tensor | None = None
 
 
 class TurnUpdate(Protocol):
@@ -295,6 +304,10 @@ def _optimizer_step(
     for rows in plan:
         micro = batch.select(rows)
         logp = policy.token_logps(micro)
+        if stats.logp_old is not None:  # on-policy: the step's own scores are the old log-probabilities
+            old = torch.where(micro.token_mask, logp.detach().to(micro.logp_old.device, micro.logp_old.dtype), 0.0)
+            stats.logp_old[rows.to(stats.logp_old.device)] = old
+            micro = micro.with_updates(logp_old=old)
         micro_weight = weight[rows]
         if pending is not None:  # F takes the finished rows' ratios under the weights this step starts from
             finished = pending.finished[rows]
@@ -607,6 +620,14 @@ def final_factor(
     return advance_factor(stats.factor, policy, batch, stats.turn_order[-1], cfg, dp)
 
 
+def is_on_policy(cfg: AlgorithmConfig) -> bool:
+    """Whether ``cfg``'s update is a single optimizer step on the whole batch (a simultaneous update
+    with one epoch and one minibatch, the paper's setting): its only gradient is taken at the
+    parameters that scored ``logp_old``, so the ratio is 1 there and the step's own passes can
+    score the old log-probabilities (:attr:`UpdateSettings.old_logps_from_update`)."""
+    return cfg.schedule == "simultaneous" and cfg.epochs == 1 and cfg.minibatches == 1
+
+
 def policy_update(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -627,9 +648,16 @@ def policy_update(
     """
     settings = settings if settings is not None else UpdateSettings()
     stats = UpdateStats()
+    if settings.old_logps_from_update:
+        if not is_on_policy(cfg):
+            raise ValueError("old_logps_from_update needs an update of one optimizer step (is_on_policy): "
+                             f"schedule={cfg.schedule!r}, epochs={cfg.epochs}, minibatches={cfg.minibatches}")
+        stats.logp_old = torch.zeros_like(batch.logp_old)
     if cfg.schedule == "simultaneous":
         steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, cfg.epochs, cfg.minibatches)
         steps(torch.ones_like(batch.valid), advantages)
+        if stats.logp_old is not None and settings.dp is not None:  # each row was scored by its owner
+            stats.logp_old = settings.dp.sum(stats.logp_old)
         return stats
     steps = GradientSteps(policy, optimizer, batch, cfg, settings, stats, *steps_per_turn(cfg, num_turns(batch)))
     blocker = fusion_blocker(policy, batch, cfg, settings)

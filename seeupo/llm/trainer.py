@@ -5,7 +5,10 @@ Each step, top to bottom (:meth:`Trainer.step`):
 1. draw ``tasks_per_step`` tasks (shuffled epochs over the environment's tasks) and roll out
    ``group_size`` episodes of each with the rollout engine (:func:`seeupo.llm.agent.run_episodes`);
 2. score the sampled tokens with the policy (``logp_old``; the engine's own log-probabilities
-   are compared with it: ``rollout/logp_diff_max``), the reference model (KL) and the critic (GAE);
+   are compared with it: ``rollout/logp_diff_max``), the reference model (KL) and the critic (GAE).
+   An update of one optimizer step (one epoch, one minibatch: the paper's setting,
+   :func:`seeupo.core.update.is_on_policy`) scores ``logp_old`` in its own passes instead, as
+   verl's on-policy actor does: the same numbers, one forward pass fewer;
 3. advantages and the update with :func:`seeupo.core.compute_advantages` and
    :func:`seeupo.core.policy_update`, the very functions the tabular engine checks exactly;
 4. the critic's clipped value loss (``ppo``), the learning-rate schedule, the weight sync to the
@@ -34,7 +37,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel, owned, score_rows
-from seeupo.core.update import UpdateSettings, compute_advantages, policy_update
+from seeupo.core.update import UpdateSettings, compute_advantages, is_on_policy, policy_update
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
 from seeupo.llm.build import build_models, load_model
 from seeupo.llm.checkpoint import (
@@ -296,11 +299,13 @@ class Trainer:
         cfg, algo, dp = self.cfg, self.cfg.algorithm, self.dp
         step = self.step_count + 1
         t_start = time.perf_counter()
+        real = batch.token_mask & batch.valid[:, None]
+        rollout_logp = batch.logp_old
+        # one optimizer step: its own passes score the old log-probabilities, no pass of their own
+        on_policy = is_on_policy(algo)
         with torch.no_grad():
-            logp = score_rows(self.policy.token_logps, batch, dp)
-            real = batch.token_mask & batch.valid[:, None]
-            logp_diff = (logp - batch.logp_old).abs()[real]
-            batch = batch.with_updates(logp_old=logp)
+            if not on_policy:
+                batch = batch.with_updates(logp_old=score_rows(self.policy.token_logps, batch, dp))
             logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
             values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
         advantages = compute_advantages(batch, algo, critic_values=values)
@@ -310,8 +315,11 @@ class Trainer:
             logp_ref=logp_ref, generator=torch.Generator().manual_seed(_step_seed(cfg.seed, step, 4)),
             micro_batch_rows=cfg.optim.micro_batch_rows, micro_batch_tokens=cfg.optim.micro_batch_tokens,
             row_tokens=batch.data["attention_mask"].sum(1), max_grad_norm=cfg.optim.max_grad_norm, dp=dp,
-            fuse_ratio_passes=_fusion_switched_off(cfg.optim) is None,
+            fuse_ratio_passes=_fusion_switched_off(cfg.optim) is None, old_logps_from_update=on_policy,
         ))
+        if on_policy:
+            batch = batch.with_updates(logp_old=stats.logp_old)
+        logp_diff = (batch.logp_old - rollout_logp).abs()[real]
         if stats.fusion_blocker is not None:
             self._warn_unfused(_fusion_switched_off(cfg.optim) or stats.fusion_blocker)
         m_logs = {}

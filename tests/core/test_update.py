@@ -24,6 +24,7 @@ from seeupo.core.update import (
     current_factor,
     final_factor,
     fusion_blocker,
+    is_on_policy,
     minibatch_plan,
     policy_update,
     sequential_sweep,
@@ -994,3 +995,55 @@ def test_no_fusion_for_a_policy_with_per_turn_parameters():
     policy.turns_share_parameters = False
     assert not can_fuse_ratio_passes(policy, batch, SEEUPO)
     assert not can_fuse_ratio_passes(object(), batch, SEEUPO)  # not declared: not shared
+
+
+# ---------------------------------------------------------------------------------------------
+# an on-policy update scores its old log-probabilities in its own passes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("update", list(UPDATES))
+@pytest.mark.parametrize("micro_batch_rows", [None, 2])
+def test_old_logps_from_the_update_give_the_rescored_update(update, micro_batch_rows):
+    """The batch arrives with the sampler's log-probabilities (off from the policy's); the reference
+    rescores them first, the on-policy update takes them from its own passes: the same step."""
+    batch, logits = _two_instance_rollout(seed=21)
+    sampler = batch.logp_old + 0.2 * torch.randn(batch.logp_old.shape, generator=torch.Generator().manual_seed(2),
+                                                 dtype=DT) * batch.token_mask
+    cfg = AlgorithmConfig(group_size=G, kl_coef=0.1, **UPDATES[update])
+    adv = compute_advantages(batch, cfg)
+    logp_ref = batch.logp_old - 0.3 * torch.rand(batch.logp_old.shape, generator=torch.Generator().manual_seed(5), dtype=DT)
+    with torch.no_grad():
+        rescored = TinyPolicy(logits).token_logps(batch) * batch.token_mask
+    results = {}
+    for from_update in (False, True):
+        policy = TinyPolicy(logits)
+        settings = UpdateSettings(logp_ref=logp_ref, micro_batch_rows=micro_batch_rows, old_logps_from_update=from_update,
+                                  generator=torch.Generator().manual_seed(0))
+        stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0),
+                              batch.with_updates(logp_old=sampler if from_update else rescored), adv, cfg, settings)
+        results[from_update] = (policy.logits.detach(), stats)
+    (ref_logits, ref_stats), (logits_new, stats) = results[False], results[True]
+    torch.testing.assert_close(logits_new, ref_logits, rtol=0, atol=1e-12)
+    torch.testing.assert_close(stats.logp_old, rescored, rtol=0, atol=1e-12)
+    assert ref_stats.logp_old is None
+    for name in ("objective", "kl", "clip_frac", "grad_norm"):
+        torch.testing.assert_close(torch.tensor(getattr(stats, name)), torch.tensor(getattr(ref_stats, name)),
+                                   rtol=0, atol=1e-12, msg=name)
+    assert not torch.allclose(logits_new, logits)
+    # the sampler's log-probabilities were not read: with them as logp_old the step differs
+    policy = TinyPolicy(logits)
+    policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0), batch.with_updates(logp_old=sampler), adv, cfg,
+                  UpdateSettings(logp_ref=logp_ref, generator=torch.Generator().manual_seed(0)))
+    assert not torch.allclose(policy.logits.detach(), ref_logits, rtol=0, atol=1e-6) or update == "reinforce"
+
+
+@pytest.mark.parametrize("change", [dict(epochs=2), dict(minibatches=2), dict(schedule="sequential")])
+def test_old_logps_from_the_update_need_a_single_step(change):
+    batch, logits = make_rollout()
+    cfg = AlgorithmConfig(group_size=G, **change)
+    assert not is_on_policy(cfg) and is_on_policy(AlgorithmConfig(group_size=G))
+    policy = TinyPolicy(logits)
+    with pytest.raises(ValueError, match="one optimizer step"):
+        policy_update(policy, torch.optim.SGD(policy.parameters(), lr=1.0), batch, compute_advantages(batch, cfg), cfg,
+                      UpdateSettings(old_logps_from_update=True))

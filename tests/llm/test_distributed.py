@@ -25,8 +25,10 @@ OVERRIDES = ["model.dtype=float64", "rollout.tasks_per_step=4", "algorithm.group
              "logging.progress=false", "algorithm.epochs=2", "algorithm.minibatches=2", "logging.m_final=true"]
 # per preset, extra overrides. ppo without KL: its first minibatch here has all-zero advantages, so
 # that step's gradient is mathematically 0 and, with KL, only rounding noise (1e-18, different in 1
-# and 2 processes), which Adam (eps 1e-8) turns into parameter differences of 1e-9 three steps later
-PRESETS = {"grpo": [], "seeupo": [], "ppo": ["algorithm.kl_coef=0"]}
+# and 2 processes), which Adam (eps 1e-8) turns into parameter differences of 1e-9 three steps later.
+# rloo makes one step per update (on-policy): each process scores its rows' old log-probabilities
+# in its own update passes, and they are gathered for the metrics
+PRESETS = {"grpo": [], "seeupo": [], "ppo": ["algorithm.kl_coef=0"], "rloo": ["algorithm.epochs=1", "algorithm.minibatches=1"]}
 
 
 def _torchrun(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -84,7 +86,8 @@ def test_two_processes_make_the_single_process_update(tmp_path):
         params, metrics, second = single[preset]
         dp = torch.load(tmp_path / preset / "dp_result.pt", weights_only=False)
         _assert_close(dp["params"], params, f"{preset}: first update")
-        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/pg_clipfrac", "critic/score/mean", "actor/optimizer_steps"):
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/pg_clipfrac", "critic/score/mean", "actor/optimizer_steps",
+                    "rollout/logp_diff_max"):
             assert dp["metrics"][key] == pytest.approx(metrics[key], rel=1e-9, abs=1e-12), key
         if preset == "seeupo":
             assert dp["metrics"]["seeupo/m_final_max"] == pytest.approx(metrics["seeupo/m_final_max"], rel=1e-9)

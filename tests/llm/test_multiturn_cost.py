@@ -56,12 +56,13 @@ def test_per_row_counts_equal_the_arithmetic_sum_for_each_pass_type(bench, tiny3
     total = sum(sum(by_turn[:k]) for k in taken)  # every valid row's context + response
     turn0 = 4 * 10
     expected = {
-        "grpo": {"logp_old": total, "reference": total, "update": total},
+        # one optimizer step (on-policy): the update's own passes score logp_old
+        "grpo": {"reference": total, "update": total},
         # the reverse sweep ends with turn 0, whose ratio pass is not made; fused, each turn's ratio
         # pass is part of the next turn's first optimizer step
         "seeupo": {"logp_old": total, "reference": total, "update": total + total - turn0},
         "seeupo-unfused": {"logp_old": total, "reference": total, "update": total, "m_ratio": total - turn0},
-        "ppo": {"logp_old": total, "reference": total, "critic_values": total, "update": total, "critic_update": total},
+        "ppo": {"reference": total, "critic_values": total, "update": total, "critic_update": total},
     }
     for name, want in expected.items():
         cfg = preset(name.removesuffix("-unfused"), group_size=2, kl_coef=0.002, epochs=1, minibatches=1)
@@ -71,9 +72,12 @@ def test_per_row_counts_equal_the_arithmetic_sum_for_each_pass_type(bench, tiny3
         assert bench.per_row_expectation(bench.row_lengths(taken, 3, 7, 3, 2), cfg, fuse) == want | {
             k: 0 for k in bench.PASS_TYPES if k not in want}
         assert all(got["padded"][k] >= got["tokens"][k] for k in want)
-    # two epochs forward every row twice in the update
+    # two epochs forward every row twice in the update, after a scoring pass of logp_old
     cfg = preset("grpo", group_size=2, kl_coef=0.002, epochs=2, minibatches=2)
-    assert bench.measure_step(model, batch, cfg, "per_row", timed=False)["tokens"]["update"] == 2 * total
+    tokens = bench.measure_step(model, batch, cfg, "per_row", timed=False)["tokens"]
+    assert (tokens["update"], tokens["logp_old"]) == (2 * total, total)
+    assert bench.measure_step(model, batch, preset("grpo", group_size=2), "per_row", timed=False,
+                              rescore=True)["tokens"]["logp_old"] == total
 
 
 def test_count_only_model_counts_the_same_tokens(bench, tiny32):
@@ -101,7 +105,7 @@ def test_a_real_shape_counts_like_any_model(bench):
     assert int(batch.data["input_ids"].max()) < 512 and lengths[0] == [10, 15, 20]
     cfg = preset("grpo", group_size=2, kl_coef=0.002)
     got = bench.measure_step(model, batch, cfg, "per_row", timed=False)
-    assert got["tokens"]["logp_old"] == 2 * (10 + 15 + 20)
+    assert got["tokens"]["reference"] == 2 * (10 + 15 + 20)
 
 
 def test_cli_rejects_an_unknown_shape_with_exit_2(bench, capsys):

@@ -355,3 +355,35 @@ def test_liger_without_cuda_is_refused_before_the_run_folder_exists(tmp_path, ca
     assert main(["train", "--set", "steps=1", "--set", f"optim.{field}=liger", "--out", str(run), "--no-progress"]) == 2
     assert _one_line(capsys).startswith(f"seeupo train: error: field 'config.optim.{field}': 'liger' cannot run: ")
     assert not run.exists()
+
+
+def test_an_on_policy_step_scores_its_old_logps_in_the_update_pass(tmp_path, monkeypatch):
+    """GRPO with one epoch and one minibatch makes no scoring pass of the policy before its update,
+    and trains exactly as the rescoring reference does (float64)."""
+    import torch
+
+    runs = {}
+    for rescore in (False, True):
+        if rescore:  # the reference path: every update rescored first
+            monkeypatch.setattr("seeupo.llm.trainer.is_on_policy", lambda cfg: False)
+        out = tmp_path / f"rescore_{rescore}"
+        cfg = load_train_config(None, SMALL + ["algorithm.preset=grpo", "steps=2", "model.dtype=float64", f"out_dir={out}"])
+        trainer = Trainer(cfg)
+        passes: list[bool] = []
+        scored = trainer.policy.token_logps
+
+        def counted(batch, scored=scored, passes=passes):
+            passes.append(torch.is_grad_enabled())
+            return scored(batch)
+
+        trainer.policy.token_logps = counted
+        trainer.train()
+        runs[rescore] = _comparable(read_metrics(out)), passes
+    (fused, passes), (reference, reference_passes) = runs[False], runs[True]
+    assert passes.count(True) == reference_passes.count(True) == 2  # one update pass per step
+    assert reference_passes.count(False) - passes.count(False) == 2  # one scoring pass fewer per step
+    assert len(fused) == len(reference) == 3
+    for got, want in zip(fused, reference):
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
