@@ -233,7 +233,7 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
                  micro_batch_rows: int | None = 8, micro_batch_tokens: int | None = None, timed: bool = True,
-                 fuse: bool = True, logprobs: str = "auto", rescore: bool | None = None) -> dict:
+                 fuse: bool = True, logprobs: str = "auto", rescore: bool | None = None, fused_adamw: bool = True) -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
     ``layout``: the ``scoring`` argument of the policy, the reference and the critic (for the
@@ -243,11 +243,13 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     "scoring_passed_to"}``, the first five keyed by pass type (only the pass types the step makes).
     ``rescore``: score ``logp_old`` in a pass of its own before the update; ``None``, as the trainer
     does: unless the update is one optimizer step (:func:`~seeupo.core.update.is_on_policy`), which
-    scores them in its own passes.
+    scores them in its own passes. ``fused_adamw``: the trainer's AdamW (fused on CUDA,
+    :func:`seeupo.llm.trainer.adamw`); ``False``: torch's default (per-tensor-list passes).
     """
     from seeupo.core.registry import adv_estimator
     from seeupo.core.update import UpdateSettings, compute_advantages, is_on_policy, policy_update
     from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel, clipped_value_loss
+    from seeupo.llm.trainer import adamw
 
     model = copy.deepcopy(model)
     device = next(model.parameters()).device
@@ -266,8 +268,9 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     if adv_estimator(cfg.advantage).needs_critic:
         critic = ValueModel.from_causal_lm(model, **limits, **extra(ValueModel))
         hooks.append(counter.attach(critic.backbone))
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-5) if critic is not None else None
+    make_adamw = adamw if fused_adamw else torch.optim.AdamW
+    optimizer = make_adamw(policy.parameters(), lr=1e-6)
+    critic_optimizer = make_adamw(critic.parameters(), lr=1e-5) if critic is not None else None
 
     seconds: dict[str, float] = {}
     peak: dict[str, float] = {}

@@ -387,3 +387,29 @@ def test_an_on_policy_step_scores_its_old_logps_in_the_update_pass(tmp_path, mon
         assert got.keys() == want.keys()
         for key, value in want.items():
             assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="the fused AdamW of CUDA parameters needs a GPU"))])
+def test_adamw_is_fused_on_cuda_and_steps_as_the_reference(device):
+    import torch
+
+    from seeupo.llm.trainer import adamw
+
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(8, 4).to(device)
+    model = torch.nn.Linear(8, 4).to(device)
+    model.load_state_dict(ref.state_dict())
+    start = ref.weight.detach().clone()
+    fast, slow = adamw(model.parameters(), lr=1e-2, weight_decay=0.1), torch.optim.AdamW(ref.parameters(), lr=1e-2,
+                                                                                          weight_decay=0.1)
+    assert bool(fast.defaults["fused"]) == (device == "cuda")
+    for _ in range(3):
+        x = torch.randn(5, 8, device=device)
+        for net, opt in ((model, fast), (ref, slow)):
+            opt.zero_grad()
+            net(x).square().sum().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(ref.weight, start)  # the steps moved the weights
