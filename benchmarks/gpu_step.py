@@ -25,6 +25,10 @@ vocabulary x response tokens scored + 12 x layers x heads x head_dim x attention
 (query, key) pairs of causal attention over real tokens, counted exactly per call); activation
 recomputation is not counted (the convention of ``benchmarks/gpu_train.py``).
 
+``--arms`` runs the plan once per arm on the same model: ``default`` (the settings above) and
+arms that pull levers (:data:`LEVERS`) on top of them, so that a lever's gain is measured
+against a baseline of the same run; each record names its ``arm``.
+
 ``--shape tiny --device cpu`` is the CPU dry run of the same code (a few seconds; in CI through
 ``make benchmark-gpu SHAPE=tiny DEVICE=cpu``)::
 
@@ -35,6 +39,7 @@ recomputation is not counted (the convention of ``benchmarks/gpu_train.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -46,6 +51,15 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+# the levers an arm may pull on top of the trainer's defaults (``--arms``, "+"-joined):
+#   previous: a scoring pass of logp_old before the update and torch's default AdamW (the defaults
+#     before the on-policy update scored its own old log-probabilities and AdamW was fused);
+#   as_needed: ``parallel.activation_checkpointing: as_needed`` (each pass recomputes only the
+#     layers its memory requires);
+#   segments: the segment tree kernel (sdpa per segment, flash attention's lower-right causal rule)
+#     instead of flex attention.
+LEVERS = ("previous", "as_needed", "segments")
 
 DEFAULT_PLAN = ("10:grpo:packed,10:grpo:prefix_shared,10:seeupo:prefix_shared,10:seeupo:packed,"
                 "10:seeupo-unfused:prefix_shared,5:grpo:prefix_shared,5:seeupo:prefix_shared,5:grpo:per_row,"
@@ -158,6 +172,25 @@ def check_layer_kernels(model: torch.nn.Module, shape: str, device: torch.device
     return record
 
 
+@contextlib.contextmanager
+def pulled(levers: set[str], model: torch.nn.Module):
+    """Within the block, ``model``'s steps run with the ``levers`` (:data:`LEVERS`) that act on the
+    model or the policy's kernel choice ("previous" acts through ``measure_step``'s arguments)."""
+    import seeupo.llm.policy as policy_module
+    from seeupo.llm.memory import AS_NEEDED
+
+    kernel, as_needed = policy_module.default_kernel, getattr(model, AS_NEEDED, False)
+    if "as_needed" in levers:
+        object.__setattr__(model, AS_NEEDED, True)  # every step's copy of the model inherits it
+    if "segments" in levers:
+        policy_module.default_kernel = lambda device: "segments"
+    try:
+        yield
+    finally:
+        policy_module.default_kernel = kernel
+        object.__setattr__(model, AS_NEEDED, as_needed)
+
+
 def main(argv: list[str] | None = None) -> int:
     import multiturn_cost as mc
     from gpu_train import PEAK_BF16
@@ -175,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the log-prob path (optim.logprobs)")
     p.add_argument("--layer-kernels", default="auto", choices=("auto", "liger", "torch"),
                    help="the decoder layers' norm and MLP kernels (optim.layer_kernels)")
+    p.add_argument("--arms", default="default",
+                   help=f"comma-separated arms, each 'default' or '+'-joined levers of {', '.join(LEVERS)}: "
+                        "the plan runs once per arm, on the same model")
     p.add_argument("--profile", action="store_true", help="after the plan, profile one step of its first item")
     p.add_argument("--deadline", type=float, default=420.0, help="seconds after which no step starts")
     p.add_argument("--out", required=True, help="JSON-lines file the results are appended to")
@@ -193,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(mc.LAYOUTS)}); got {item!r}", file=sys.stderr)
             return 2
         plan.append((int(parts[0]), parts[1], parts[2]))
+    arms = [arm.strip() for arm in args.arms.split(",")]
+    for arm in arms:
+        if arm != "default" and not set(arm.split("+")) <= set(LEVERS):
+            print(f"error: --arms takes 'default' or '+'-joined levers of {', '.join(LEVERS)}; got {arm!r}", file=sys.stderr)
+            return 2
     out = open(args.out, "a")
 
     def emit(record: dict) -> None:
@@ -218,26 +259,30 @@ def main(argv: list[str] | None = None) -> int:
           "torch": torch.__version__, "transformers": transformers.__version__, "setup_s": round(time.time() - started, 1)}
          | kernels | layer_kernels)
     batches: dict[int, object] = {}  # turns -> the batch (one at a time: the plan is grouped by turns)
-    warmed: set[tuple[int, str]] = set()
+    warmed: set[tuple[str, int, str]] = set()
     failed = 0
-    for turns, preset, layout in plan:
+    for arm, (turns, preset, layout) in ((arm, item) for arm in arms for item in plan):
+        levers = set() if arm == "default" else set(arm.split("+"))
         if turns not in batches:
             batches.clear()
             batches[turns], _ = mc.bfcl_batch(model.config.vocab_size, 10, tasks=1, group=8, turns=turns,
                                               context=args.context, response=150, observation=200)
         batch = batches[turns]
         cfg = mc._config(preset, argparse.Namespace(group=8, epochs=1, minibatches=1))
-        reps = ("timed",) if (turns, layout) in warmed else ("warm", "timed")
+        reps = ("timed",) if (arm, turns, layout) in warmed else ("warm", "timed")
         for rep in reps:
             if time.time() - started > args.deadline:
-                emit({"event": "skipped", "T": turns, "preset": preset, "layout": layout, "rep": rep, "why": "deadline"})
+                emit({"event": "skipped", "arm": arm, "T": turns, "preset": preset, "layout": layout, "rep": rep,
+                      "why": "deadline"})
                 continue
-            record = {"event": "step", "T": turns, "preset": preset, "layout": layout, "rep": rep, "device": name}
+            record = {"event": "step", "arm": arm, "T": turns, "preset": preset, "layout": layout, "rep": rep, "device": name}
             step_start = time.perf_counter()
             try:
-                result = mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
-                                         micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset),
-                                         logprobs=logprobs)
+                with pulled(levers, model):
+                    result = mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
+                                             micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset),
+                                             logprobs=logprobs, rescore=True if "previous" in levers else None,
+                                             fused_adamw="previous" not in levers)
                 record |= result
                 record["step_seconds"] = sum(result["seconds"].values())
                 record["peak_gib"] = max(result["peak_mib"].values()) / 1024
@@ -248,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed += 1
             record["wall_seconds"] = time.perf_counter() - step_start
             emit(record)
-            warmed.add((turns, layout))
+            warmed.add((arm, turns, layout))
             result = None
             gc.collect()  # the step's model copies sit in reference cycles: free them before the next peak is read
             if device.type == "cuda":

@@ -103,9 +103,10 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
         rollout_model = rollout_replica(model, dist.device, torch.bfloat16 if par.mixed_precision == "bf16" else None)
     # one process trains on the CPU; under torchrun each process on its own device
     if par.checkpointing_on(dist.device if dist is not None else "cpu"):
-        enable_activation_checkpointing(model)
+        as_needed = par.activation_checkpointing == "as_needed"
+        enable_activation_checkpointing(model, as_needed)
         if critic is not None:
-            enable_activation_checkpointing(critic.backbone)
+            enable_activation_checkpointing(critic.backbone, as_needed)
     if dist is not None:
         shard = dict(mixed_precision=par.mixed_precision, cpu_offload=par.cpu_offload)
         shard_model(model, dist, **shard)

@@ -213,18 +213,22 @@ class ParallelConfig:
       the model trains on a GPU, where activations, not arithmetic, decide how many tokens a pass
       can hold (with it a Qwen3-1.7B pass holds a whole BFCL group, about 34k tokens, on one 80 GB
       GPU; without it about 14k), off on the CPU, where memory is rarely the limit and recomputing
-      costs about a third more time.
+      costs about a third more time. ``"as_needed"``: on the GPU, each training pass recomputes
+      only as many layers as its size requires to stay within the memory of a fully checkpointed
+      pass at the token budget (:func:`seeupo.llm.memory.recomputed_layers`): passes smaller than
+      the budget (a sequential update's early turns) recompute fewer layers, or none; the peak
+      memory rises towards the budget's. The same numbers either way.
     cpu_offload: keep parameters, gradients and optimizer state on the CPU between uses (FSDP2
       ``CPUOffloadPolicy``): less GPU memory, slower steps.
     """
 
     mixed_precision: Literal["none", "bf16"] = "none"
-    activation_checkpointing: bool | Literal["auto"] = "auto"
+    activation_checkpointing: bool | Literal["auto", "as_needed"] = "auto"
     cpu_offload: bool = False
 
     def checkpointing_on(self, device: Any) -> bool:
         """Whether activation checkpointing is on for a model training on ``device``."""
-        if self.activation_checkpointing == "auto":
+        if self.activation_checkpointing in ("auto", "as_needed"):
             return torch_device_type(device) == "cuda"
         return bool(self.activation_checkpointing)
 

@@ -105,14 +105,17 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+def enable_activation_checkpointing(model: torch.nn.Module, as_needed: bool = False) -> None:
     """Recompute each decoder layer's activations in the backward pass instead of storing them.
 
     transformers checkpoints a layer only while the layer is in training mode; the policy keeps
     the model in eval mode (no dropout, so that recomputed log-probabilities equal the sampled
     ones). Only the layers' own ``training`` flag is set, not their children's: the checkpoint
-    runs and every dropout inside stays off.
+    runs and every dropout inside stays off. ``as_needed``: each training pass recomputes only
+    the layers its memory requires (:func:`seeupo.llm.memory.recomputing`).
     """
+    from seeupo.llm.memory import AS_NEEDED
+
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -120,6 +123,7 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     for layer in decoder_layers(model):
         layer.training = True
+    object.__setattr__(model, AS_NEEDED, as_needed)
 
 
 def shard_model(

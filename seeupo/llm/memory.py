@@ -22,7 +22,8 @@ On the CPU there is no budget (``None``): memory is the machine's, and a pass ta
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
@@ -31,15 +32,22 @@ DEVICE_SHARE = 0.85
 ESTIMATE_MARGIN = 1.5
 
 
-def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: bool, training: bool = True) -> float:
+def _text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: bool, training: bool = True,
+                               recomputed: int | None = None) -> float:
     """Bytes of activations one token of a pass keeps alive at the peak (see the module docstring).
 
     ``config``: a transformers decoder config (``hidden_size``, ``intermediate_size``,
     ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``).
     ``training=False`` (a model that gets no gradient, e.g. the frozen reference): nothing is kept
     for a backward pass, so only one layer's intermediate tensors are alive at a time.
+    ``recomputed``: with checkpointing, how many layers are recomputed (the others keep their
+    intermediate tensors; :func:`recomputed_layers`); ``None``: every layer.
     """
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    config = _text_config(config)
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
@@ -50,9 +58,28 @@ def activation_bytes_per_token(config: Any, dtype: torch.dtype, checkpointing: b
     final = 4 * hidden * 4  # the final norm and the head's input, upcast to float32 for the log-probabilities
     if not training:
         return layer + final
-    if checkpointing:
-        return layers * hidden * size + 2 * layer + final  # the layers' inputs; one layer recomputed, with gradients
-    return layers * layer + final
+    recomputed = (layers if recomputed is None else recomputed) if checkpointing else 0
+    if not 0 <= recomputed <= layers:
+        raise ValueError(f"recomputed must be within 0..{layers}, got {recomputed}")
+    # a recomputed layer keeps its input, the others their intermediate tensors; while one layer is
+    # recomputed, its intermediate tensors and their gradients are alive too
+    kept = recomputed * hidden * size + (layers - recomputed) * layer
+    return kept + (2 * layer if recomputed else 0) + final
+
+
+def recomputed_layers(config: Any, dtype: torch.dtype, tokens: int, budget: int) -> int:
+    """How many decoder layers a training pass of ``tokens`` tokens recomputes with activation
+    checkpointing ``"as_needed"``: the fewest that keep the pass's activations
+    (:func:`activation_bytes_per_token`) within those of a fully checkpointed pass of ``budget``
+    tokens (the most a pass may hold, :func:`auto_token_budget`). 0 where the pass fits without
+    checkpointing; every layer at the budget and beyond.
+    """
+    layers = _text_config(config).num_hidden_layers
+    allowed = budget * activation_bytes_per_token(config, dtype, checkpointing=True)
+    for k in range(layers + 1):
+        if tokens * activation_bytes_per_token(config, dtype, checkpointing=True, recomputed=k) <= allowed:
+            return k
+    return layers
 
 
 def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bool = True) -> int | None:
@@ -76,6 +103,37 @@ def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bo
     free = DEVICE_SHARE * total - allocated - reserve
     per_token = ESTIMATE_MARGIN * activation_bytes_per_token(model.config, param.dtype, checkpointing, trainable)
     return max(int(free // per_token), 0)
+
+
+# set on a model whose activation checkpointing is "as_needed" (:func:`recomputing`)
+AS_NEEDED = "_seeupo_recompute_as_needed"
+
+
+@contextlib.contextmanager
+def recomputing(model: torch.nn.Module, tokens: int, budget: int | None) -> Iterator[int | None]:
+    """Within the block, a training pass of ``tokens`` tokens through ``model`` recomputes only its
+    first :func:`recomputed_layers` decoder layers, where ``model``'s activation checkpointing is
+    ``"as_needed"`` (``enable_activation_checkpointing(model, as_needed=True)``), a gradient is
+    taken and there is a ``budget``; yields that number (``None``: nothing changed). The choice is
+    made as the layers run forward (the recomputation replays what they saved), so the backward
+    pass may come after the block.
+    """
+    if budget is None or not getattr(model, AS_NEEDED, False) or not torch.is_grad_enabled():
+        yield None
+        return
+    from seeupo.llm.distributed import decoder_layers
+
+    layers = decoder_layers(model)
+    dtype = next(model.parameters()).dtype
+    count = recomputed_layers(model.config, dtype, tokens, budget)
+    was = [layer.gradient_checkpointing for layer in layers]
+    for i, layer in enumerate(layers):
+        layer.gradient_checkpointing = was[i] and i < count
+    try:
+        yield count
+    finally:
+        for layer, on in zip(layers, was):
+            layer.gradient_checkpointing = on
 
 
 def is_checkpointed(model: torch.nn.Module) -> bool:

@@ -65,7 +65,7 @@ from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
 from seeupo.llm.layout import packing_plan, shared_prefix_lengths
 from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
-from seeupo.llm.memory import auto_token_budget, is_checkpointed
+from seeupo.llm.memory import AS_NEEDED, auto_token_budget, is_checkpointed, recomputing
 from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree, prepared_mask
 from seeupo.validation import InputError
 
@@ -415,18 +415,29 @@ class CausalLMPolicy(torch.nn.Module):
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
         passes, kernel = _plan(self, self.model, batch, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
-        for p in passes:
-            inputs, reads = _pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits)
-            if self._head is not None:  # the head gives the log-probabilities of the read tokens only
-                with _head_gives_logprobs(self.model, self._head, reads, tau, logprob_backend(self.logprobs, param.device)):
-                    tok_logp = self.model(**inputs).logits
-            else:  # the model's own logits (every position of the pass), then the read ones
-                tok_logp = _logprobs_of_logits(reads.pick(self.model(**inputs).logits), reads.target, tau)
-            if p is None:  # a dummy pass: an exact 0 that reaches every parameter
-                out = out + 0.0 * tok_logp.sum().to(out.device, out.dtype)
-                continue
-            out = _write_rows(out, p.rows, torch.where(reads.mask, tok_logp, 0.0))
+        calls = [(p, *_pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits))
+                 for p in passes]
+        with _recomputing(self.model, calls, self._budget):
+            for p, inputs, reads in calls:
+                if self._head is not None:  # the head gives the log-probabilities of the read tokens only
+                    with _head_gives_logprobs(self.model, self._head, reads, tau, logprob_backend(self.logprobs, param.device)):
+                        tok_logp = self.model(**inputs).logits
+                else:  # the model's own logits (every position of the pass), then the read ones
+                    tok_logp = _logprobs_of_logits(reads.pick(self.model(**inputs).logits), reads.target, tau)
+                if p is None:  # a dummy pass: an exact 0 that reaches every parameter
+                    out = out + 0.0 * tok_logp.sum().to(out.device, out.dtype)
+                    continue
+                out = _write_rows(out, p.rows, torch.where(reads.mask, tok_logp, 0.0))
         return out
+
+
+def _recomputing(model: torch.nn.Module, calls: list[tuple[Any, dict[str, Any], Any]], budget: "_AutoBudget"):
+    """:func:`seeupo.llm.memory.recomputing` for the model calls of one scoring (their activations
+    are all alive at the backward pass that follows): sized by all their tokens, padding included."""
+    if not torch.is_grad_enabled() or not getattr(model, AS_NEEDED, False):
+        return contextlib.nullcontext()
+    tokens = sum(int(inputs["input_ids"].numel()) for _, inputs, _ in calls)
+    return recomputing(model, tokens, budget.get(model, True))
 
 
 def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float) -> Tensor:
@@ -670,13 +681,14 @@ class ValueModel(torch.nn.Module):
         device = self.head.weight.device
         passes, kernel = _plan(self, self.backbone, batch, self.micro_batch_rows, self.micro_batch_tokens,
                                self.collective)
-        for p in passes:
-            inputs, reads = _pass_inputs(batch, p, device, kernel)
-            value = self.head(reads.pick(self.backbone(**inputs).last_hidden_state)).squeeze(-1)  # [k, l]
-            if p is None:  # a dummy pass: an exact 0 that reaches every parameter
-                out = out + 0.0 * value.sum().to(out.device, out.dtype)
-                continue
-            out = _write_rows(out, p.rows, torch.where(reads.mask, value, 0.0))
+        calls = [(p, *_pass_inputs(batch, p, device, kernel)) for p in passes]
+        with _recomputing(self.backbone, calls, self._budget):
+            for p, inputs, reads in calls:
+                value = self.head(reads.pick(self.backbone(**inputs).last_hidden_state)).squeeze(-1)  # [k, l]
+                if p is None:  # a dummy pass: an exact 0 that reaches every parameter
+                    out = out + 0.0 * value.sum().to(out.device, out.dtype)
+                    continue
+                out = _write_rows(out, p.rows, torch.where(reads.mask, value, 0.0))
         return out
 
 

@@ -36,9 +36,10 @@ Two kernels compute the rule:
   CUDA only here: on the CPU, flex attention has no backward pass (torch 2.13: "FlexAttention does
   not support backward on CPU").
 * ``segments``: one ``scaled_dot_product_attention`` call per segment (a group's prefix with
-  ``is_causal``; a branch's queries against its group's prefix and its own keys, with a
-  ``[rest, prefix + rest]`` mask). Any device, any dtype, float64 included: the reference the flex
-  kernel is tested against, and the CPU's kernel.
+  ``is_causal``; a branch's queries against its group's prefix and its own keys, causal aligned
+  to the lower right: ``torch.nn.attention.bias.causal_lower_right``, which runs flash attention
+  on CUDA and a materialised ``[rest, prefix + rest]`` mask elsewhere). Any device, any dtype,
+  float64 included: the reference the flex kernel is tested against, and the CPU's kernel.
 
 Where there is no tree (a pass of one row with no prefix) the segment kernel is plain causal sdpa.
 """
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 
 Tensor = torch.Tensor
 
@@ -256,10 +258,13 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask,
         lo, hi = s.prefix_start, s.prefix_start + s.prefix_len
         k = torch.cat([key[:, :, lo:hi], k], dim=2)
         v = torch.cat([value[:, :, lo:hi], v], dim=2)
+        if gqa and query.is_cuda:  # the lower-right causal flash path takes equal head counts
+            k, v = (t.repeat_interleave(query.shape[1] // t.shape[1], dim=1) for t in (k, v))
+        # query i of the branch sees the whole prefix and the branch up to itself: causal aligned to
+        # the lower right (flash attention's own rule on CUDA; a materialised mask elsewhere)
         n = s.end - s.start
-        allowed = torch.ones(n, s.prefix_len + n, dtype=torch.bool, device=query.device)
-        allowed[:, s.prefix_len :] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
-        outs.append(sdpa(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=gqa))
+        rule = causal_lower_right(n, s.prefix_len + n)
+        outs.append(sdpa(q, k, v, attn_mask=rule, scale=scale, enable_gqa=gqa and not query.is_cuda))
     return torch.cat(outs, dim=2)
 
 

@@ -222,3 +222,11 @@ def test_a_registered_preset_keeps_its_own_settings_the_paper_ones_apply_to_buil
         assert (builtin.clip_eps_high, builtin.kl_coef, builtin.group_size) == (0.2, 0.002, 8)
     finally:
         PRESETS.pop("clip_higher_test")
+
+
+def test_activation_checkpointing_as_needed_is_on_where_auto_is():
+    for value in ("auto", "as_needed"):
+        par = load_train_config(None, [f"parallel.activation_checkpointing={value}", "out_dir=unused"]).parallel
+        assert (par.checkpointing_on("cpu"), par.checkpointing_on("cuda:0")) == (False, True)
+    with pytest.raises(InputError, match="'auto' or 'as_needed', got 'sometimes'"):
+        load_train_config(None, ["parallel.activation_checkpointing=sometimes", "out_dir=unused"])

@@ -1,0 +1,102 @@
+"""Activation checkpointing "as_needed": how many layers a pass recomputes, and the same gradients."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from seeupo.llm.distributed import decoder_layers, enable_activation_checkpointing  # noqa: E402
+from seeupo.llm.layout import scoring_batch  # noqa: E402
+from seeupo.llm.memory import activation_bytes_per_token, recomputed_layers  # noqa: E402
+from seeupo.llm.policy import CausalLMPolicy, ValueModel  # noqa: E402
+
+
+def four_layer_model():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=256, pad_token_id=0)
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(config).to(torch.float64).eval()
+
+
+def test_activation_bytes_with_some_layers_recomputed_by_hand():
+    c = four_layer_model().config  # hidden 32, MLP 64, 4 layers, 4 heads / 2 key-value heads of 8
+    layer = (2 * 4 * 8 + 2 * 2 * 8 + 5 * 32 + 4 * 64) * 8
+    final = 4 * 32 * 4
+    for k in range(5):
+        want = k * 32 * 8 + (4 - k) * layer + (2 * layer if k else 0) + final
+        assert activation_bytes_per_token(c, torch.float64, checkpointing=True, recomputed=k) == want
+    assert activation_bytes_per_token(c, torch.float64, True, recomputed=4) == activation_bytes_per_token(c, torch.float64, True)
+    assert activation_bytes_per_token(c, torch.float64, True, recomputed=0) == activation_bytes_per_token(c, torch.float64, False)
+    with pytest.raises(ValueError, match="0..4"):
+        activation_bytes_per_token(c, torch.float64, True, recomputed=5)
+
+
+def test_recomputed_layers_are_the_fewest_that_fit_the_budgets_memory():
+    c = four_layer_model().config
+    bytes_of = lambda k: activation_bytes_per_token(c, torch.float64, True, recomputed=k)  # noqa: E731
+    budget = 1000
+    allowed = budget * bytes_of(4)
+    for tokens in (1, 50, 100, 150, 200, 250, 400, 999, 1000, 5000):
+        k = recomputed_layers(c, torch.float64, tokens, budget)
+        if k < 4:
+            assert tokens * bytes_of(k) <= allowed
+        if k > 0:  # one layer fewer would not fit
+            assert tokens * bytes_of(k - 1) > allowed
+    assert recomputed_layers(c, torch.float64, 1, budget) == 0
+    assert recomputed_layers(c, torch.float64, budget, budget) == 4
+    assert recomputed_layers(c, torch.float64, 3 * budget, budget) == 4  # over the budget: all (the planner splits such passes)
+
+
+def _counting(model):
+    """Per decoder layer, how often a module inside it runs forward (a recomputed layer runs twice)."""
+    counts = [0] * len(decoder_layers(model))
+    for i, layer in enumerate(decoder_layers(model)):
+        layer.mlp.register_forward_pre_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+    return counts
+
+
+@pytest.mark.parametrize("budget", [None, 10, 16, 1000])
+def test_as_needed_recomputes_the_layers_memory_requires_with_the_same_gradient(budget):
+    model = four_layer_model()
+    batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
+    tokens = 6 + 5  # the two rows packed into one row (tree attention); under a budget of 10, one pass each
+    passes = 1 if budget is None or budget >= tokens else 2
+    plain = copy.deepcopy(model)
+    CausalLMPolicy(plain, scoring="packed").token_logps(batch).sum().backward()
+    enable_activation_checkpointing(model, as_needed=True)
+    policy = CausalLMPolicy(model, scoring="packed")
+    if budget is not None:  # as on a GPU whose memory gives this budget
+        policy._budget._value, policy._budget._known = budget, True
+    counts = _counting(model)
+    policy.token_logps(batch).sum().backward()
+    recomputed = 4 if budget is None else recomputed_layers(model.config, torch.float64, tokens, budget)
+    assert counts == [2 * passes] * recomputed + [passes] * (4 - recomputed)
+    assert all(layer.gradient_checkpointing for layer in decoder_layers(model))  # restored after the pass
+    worst = max(float((p.grad - q.grad).abs().max()) for p, q in zip(model.parameters(), plain.parameters()))
+    assert worst < 1e-12
+    with torch.no_grad():  # scoring without a gradient: nothing kept, nothing recomputed
+        counts[:] = [0] * 4
+        policy.token_logps(batch)
+        assert counts == [passes] * 4
+
+
+def test_the_budgets_in_the_test_above_cover_none_some_and_all_layers():
+    c = four_layer_model().config
+    assert [recomputed_layers(c, torch.float64, 11, b) for b in (10, 16, 1000)] == [4, 3, 0]
+
+
+def test_a_critic_recomputes_as_needed_too():
+    model = four_layer_model()
+    batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
+    critic = ValueModel.from_causal_lm(model, scoring="packed")
+    enable_activation_checkpointing(critic.backbone, as_needed=True)
+    critic._budget._value, critic._budget._known = 1000, True
+    counts = _counting(critic.backbone)
+    critic.values(batch).sum().backward()
+    assert counts == [1] * 4  # 14 tokens fit without checkpointing
