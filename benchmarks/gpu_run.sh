@@ -7,6 +7,7 @@
 #   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger);
 # on the CPU also layer_kernels.py (the decoder layers' fused kernels against transformers' own).
 # SHAPE=tiny DEVICE=cpu is the CPU dry run of the same scripts at small sizes (CI runs it).
+# ARMS (gpu_step.py --arms: levers against the defaults in one run) and PLAN (--plan) pass through.
 set -u
 PY=${PYTHON:-python3}
 SHAPE=${SHAPE:-qwen3-1.7b}
@@ -15,10 +16,12 @@ OUT=${OUT_DIR:-benchmarks/results}
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 if [ "$DEVICE" = cpu ]; then
-  STEP=(--context 100 --plan "2:grpo:prefix_shared,2:seeupo:prefix_shared,2:grpo:per_row" --deadline 120)
+  STEP=(--context 100 --plan "${PLAN:-2:grpo:prefix_shared,2:seeupo:prefix_shared,2:grpo:per_row}" --deadline 120
+        --arms "${ARMS:-default,previous+as_needed+segments}" --checkpointing on)
   LOGPROB=(--rows 256 --hidden 64 --vocab 4096)
 else
-  STEP=(--deadline 300)
+  STEP=(--deadline 300 --arms "${ARMS:-default}")
+  if [ -n "${PLAN:-}" ]; then STEP+=(--plan "$PLAN"); fi
   LOGPROB=()
 fi
 status=0
