@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -58,8 +59,10 @@ sys.path.insert(0, str(HERE))
 #   as_needed: ``parallel.activation_checkpointing: as_needed`` (each pass recomputes only the
 #     layers its memory requires);
 #   segments: the segment tree kernel (sdpa per segment, flash attention's lower-right causal rule)
-#     instead of flex attention.
-LEVERS = ("previous", "as_needed", "segments")
+#     instead of flex attention;
+#   autotune: flex attention compiled with mode="max-autotune-no-cudagraphs" (Inductor benchmarks
+#     the kernel's block sizes and warps on the device; minutes of compilation at the first step).
+LEVERS = ("previous", "as_needed", "segments", "autotune")
 
 DEFAULT_PLAN = ("10:grpo:packed,10:grpo:prefix_shared,10:seeupo:prefix_shared,10:seeupo:packed,"
                 "10:seeupo-unfused:prefix_shared,5:grpo:prefix_shared,5:seeupo:prefix_shared,5:grpo:per_row,"
@@ -177,18 +180,30 @@ def pulled(levers: set[str], model: torch.nn.Module):
     """Within the block, ``model``'s steps run with the ``levers`` (:data:`LEVERS`) that act on the
     model or the policy's kernel choice ("previous" acts through ``measure_step``'s arguments)."""
     import seeupo.llm.policy as policy_module
+    import seeupo.llm.tree_attention as tree_module
     from seeupo.llm.memory import AS_NEEDED
 
     kernel, as_needed = policy_module.default_kernel, getattr(model, AS_NEEDED, False)
+    compiled = tree_module._compiled_flex
     if "as_needed" in levers:
         object.__setattr__(model, AS_NEEDED, True)  # every step's copy of the model inherits it
     if "segments" in levers:
         policy_module.default_kernel = lambda device: "segments"
+    if "autotune" in levers:
+        tree_module._compiled_flex = _autotuned_flex
     try:
         yield
     finally:
         policy_module.default_kernel = kernel
         object.__setattr__(model, AS_NEEDED, as_needed)
+        tree_module._compiled_flex = compiled
+
+
+@functools.cache
+def _autotuned_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True, mode="max-autotune-no-cudagraphs")
 
 
 def main(argv: list[str] | None = None) -> int:
