@@ -97,9 +97,10 @@ def broadcast_from_main(module: torch.nn.Module) -> None:
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The transformer blocks of a Hugging Face model (the classes it names in ``_no_split_modules``)."""
+    """The transformer blocks of a Hugging Face model (the classes it names in ``_no_split_modules``),
+    sharded or not (FSDP2 gives each sharded module a subclass of its own class, ``FSDP<name>``)."""
     names = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [m for m in model.modules() if type(m).__name__ in names]
+    layers = [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
     if not layers:
         raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (no _no_split_modules)")
     return layers

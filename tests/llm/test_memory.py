@@ -100,3 +100,54 @@ def test_a_critic_recomputes_as_needed_too():
     counts = _counting(critic.backbone)
     critic.values(batch).sum().backward()
     assert counts == [1] * 4  # 14 tokens fit without checkpointing
+
+
+def test_decoder_layers_are_found_after_fsdp_renames_their_class():
+    # FSDP2's fully_shard swaps each sharded module's class for a subclass named FSDP<name>; a pass
+    # with checkpointing "as_needed" looks the layers up after sharding
+    model = four_layer_model()
+    for layer in decoder_layers(model):
+        layer.__class__ = type(f"FSDP{type(layer).__name__}", (type(layer),), {})
+    assert [type(layer).__name__ for layer in decoder_layers(model)] == ["FSDPQwen3DecoderLayer"] * 4
+
+
+_FSDP_WORKER = '''
+import copy, sys, torch
+sys.path.insert(0, sys.argv[1])
+from test_memory import _counting, four_layer_model
+from seeupo.llm.distributed import enable_activation_checkpointing, init_distributed, shard_model
+from seeupo.llm.layout import scoring_batch
+from seeupo.llm.policy import CausalLMPolicy
+
+env = init_distributed()
+model = four_layer_model()
+plain = copy.deepcopy(model)
+batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
+CausalLMPolicy(plain, scoring="packed").token_logps(batch).sum().backward()
+enable_activation_checkpointing(model, as_needed=True)
+shard_model(model, env)
+policy = CausalLMPolicy(model, scoring="packed")
+policy._budget._value, policy._budget._known = 16, True  # 11 tokens: 3 of 4 layers recomputed
+counts = _counting(model)
+policy.token_logps(batch).sum().backward()
+assert counts == [2, 2, 2, 1], counts
+# FSDP sums the two processes' gradients of the same batch: twice the plain gradient
+worst = max(float((p.grad.full_tensor() - 2 * q.grad).abs().max()) for p, q in zip(model.parameters(), plain.parameters()))
+assert worst < 1e-12, worst
+open(f"{sys.argv[2]}/ok{env.dp.rank}", "w").close()
+'''
+
+
+def test_as_needed_under_fsdp2_with_two_processes(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "worker.py"
+    script.write_text(_FSDP_WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+           str(Path(__file__).parent), str(tmp_path)]
+    run = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "ok0").exists() and (tmp_path / "ok1").exists()  # both processes checked
