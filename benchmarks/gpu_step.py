@@ -4,7 +4,7 @@ The GPU table of issue 24 ("Fast on one GPU at the paper's shape"), measured by 
 (``make benchmark-gpu``): a randomly initialised model of a released shape (``--shape qwen3-1.7b``,
 bf16; no weights needed) on the BFCL-shaped batch of ``benchmarks/multiturn_cost.py`` (prompt
 5,833 tokens, ``T`` turns of 150 response + 200 observation tokens, G = 8, one task), one step as
-the trainer makes it (:func:`multiturn_cost.measure_step`: rescoring, reference, update), for every
+the trainer makes it (:func:`multiturn_cost.measure_step`: rescoring unless the update is one optimizer step, reference, update), for every
 ``T:preset:layout`` of ``--plan``. Each (T, layout) gets one warm-up step before its first timed step
 (compilation of the flex attention kernel, allocator growth). Every result is appended to
 ``--out`` (JSON lines) as it finishes, so a run cut short still reports what it measured; a step
@@ -185,8 +185,9 @@ def pulled(levers: set[str], model: torch.nn.Module):
 
     kernel, as_needed = policy_module.default_kernel, getattr(model, AS_NEEDED, False)
     compiled = tree_module._compiled_flex
-    if "as_needed" in levers:
-        object.__setattr__(model, AS_NEEDED, True)  # every step's copy of the model inherits it
+    if "as_needed" in levers:  # every step's copy of the model (and a critic's backbone) inherits it
+        object.__setattr__(model, AS_NEEDED, True)
+        object.__setattr__(model.base_model, AS_NEEDED, True)
     if "segments" in levers:
         policy_module.default_kernel = lambda device: "segments"
     if "autotune" in levers:
@@ -196,6 +197,7 @@ def pulled(levers: set[str], model: torch.nn.Module):
     finally:
         policy_module.default_kernel = kernel
         object.__setattr__(model, AS_NEEDED, as_needed)
+        object.__setattr__(model.base_model, AS_NEEDED, as_needed)
         tree_module._compiled_flex = compiled
 
 

@@ -122,6 +122,10 @@ class AdvantageEstimator(Entry):
 
       Every call, in every mode, is also checked at the boundary (:mod:`seeupo.core.boundary`):
       a ``[n, L]`` floating tensor on the batch's device, finite on valid tokens, the batch unchanged.
+      In the language-model trainer an estimator that reads ``batch.logp_old`` reads the policy's
+      rescored log-probabilities, except before an update of one optimizer step
+      (:func:`seeupo.core.update.is_on_policy`), which scores them in its own passes: there it reads
+      the rollout engine's log-probabilities of the same tokens under the same weights.
     group_stats_closed_form: the estimator also accepts ``group_stats = (group_sum, group_sumsq)``
       per trajectory, the sufficient statistics of an exact distribution over group-mates (GRAE's
       closed form): exact mode then enumerates those statistics instead of the group-mates'

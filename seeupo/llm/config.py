@@ -215,7 +215,8 @@ class ParallelConfig:
       GPU; without it about 14k), off on the CPU, where memory is rarely the limit and recomputing
       costs about a third more time. ``"as_needed"``: on the GPU, each training pass recomputes
       only as many layers as its size requires to stay within the memory of a fully checkpointed
-      pass at the token budget (:func:`seeupo.llm.memory.recomputed_layers`): passes smaller than
+      pass at the token budget the device's memory gives (:func:`seeupo.llm.memory.recomputed_layers`;
+      that budget even where ``optim.micro_batch_tokens`` sets a smaller one): passes smaller than
       the budget (a sequential update's early turns) recompute fewer layers, or none; the peak
       memory rises towards the budget's. The same numbers either way.
     cpu_offload: keep parameters, gradients and optimizer state on the CPU between uses (FSDP2

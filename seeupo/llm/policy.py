@@ -418,7 +418,8 @@ class CausalLMPolicy(torch.nn.Module):
         calls = [(p, *_pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits))
                  for p in passes]
         with _recomputing(self.model, calls, self._budget):
-            for p, inputs, reads in calls:
+            while calls:  # each pass's inputs (its tree mask's block mask too) are dropped once it ran
+                p, inputs, reads = calls.pop(0)
                 if self._head is not None:  # the head gives the log-probabilities of the read tokens only
                     with _head_gives_logprobs(self.model, self._head, reads, tau, logprob_backend(self.logprobs, param.device)):
                         tok_logp = self.model(**inputs).logits
@@ -433,7 +434,9 @@ class CausalLMPolicy(torch.nn.Module):
 
 def _recomputing(model: torch.nn.Module, calls: list[tuple[Any, dict[str, Any], Any]], budget: "_AutoBudget"):
     """:func:`seeupo.llm.memory.recomputing` for the model calls of one scoring (their activations
-    are all alive at the backward pass that follows): sized by all their tokens, padding included."""
+    are all alive at the backward pass that follows): sized by all their tokens, padding included,
+    against the memory budget (:func:`seeupo.llm.memory.auto_token_budget`) whether or not
+    ``micro_batch_tokens`` sets a smaller one."""
     if not torch.is_grad_enabled() or not getattr(model, AS_NEEDED, False):
         return contextlib.nullcontext()
     tokens = sum(int(inputs["input_ids"].numel()) for _, inputs, _ in calls)
@@ -683,7 +686,8 @@ class ValueModel(torch.nn.Module):
                                self.collective)
         calls = [(p, *_pass_inputs(batch, p, device, kernel)) for p in passes]
         with _recomputing(self.backbone, calls, self._budget):
-            for p, inputs, reads in calls:
+            while calls:
+                p, inputs, reads = calls.pop(0)
                 value = self.head(reads.pick(self.backbone(**inputs).last_hidden_state)).squeeze(-1)  # [k, l]
                 if p is None:  # a dummy pass: an exact 0 that reaches every parameter
                     out = out + 0.0 * value.sum().to(out.device, out.dtype)

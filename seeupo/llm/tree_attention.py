@@ -38,7 +38,8 @@ Two kernels compute the rule:
 * ``segments``: one ``scaled_dot_product_attention`` call per segment (a group's prefix with
   ``is_causal``; a branch's queries against its group's prefix and its own keys, causal aligned
   to the lower right: ``torch.nn.attention.bias.causal_lower_right``, which runs flash attention
-  on CUDA and a materialised ``[rest, prefix + rest]`` mask elsewhere). Any device, any dtype,
+  on CUDA in bf16/fp16, memory-efficient attention in float32 there, and a materialised
+  ``[rest, prefix + rest]`` mask elsewhere). Any device, any dtype,
   float64 included: the reference the flex kernel is tested against, and the CPU's kernel.
 
 Where there is no tree (a pass of one row with no prefix) the segment kernel is plain causal sdpa.
@@ -261,7 +262,7 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask,
         if gqa and query.is_cuda:  # the lower-right causal flash path takes equal head counts
             k, v = (t.repeat_interleave(query.shape[1] // t.shape[1], dim=1) for t in (k, v))
         # query i of the branch sees the whole prefix and the branch up to itself: causal aligned to
-        # the lower right (flash attention's own rule on CUDA; a materialised mask elsewhere)
+        # the lower right (flash attention's own rule on CUDA in half precision; a mask elsewhere)
         n = s.end - s.start
         rule = causal_lower_right(n, s.prefix_len + n)
         outs.append(sdpa(q, k, v, attn_mask=rule, scale=scale, enable_gqa=gqa and not query.is_cuda))
