@@ -107,8 +107,9 @@ class TreeMask:
                 return tree_allows(q, k, group, branch)
 
             n = self.length
-            self._block_mask = create_block_mask(allowed, None, None, n, n, device=group.device,
-                                                 BLOCK_SIZE=FLEX_BLOCK, _compile=group.device.type == "cuda")
+            # compiled on CUDA: the eager version materialises the [n, n] mask it summarises
+            make = _compiled_block_mask() if group.device.type == "cuda" else create_block_mask
+            self._block_mask = make(allowed, None, None, n, n, device=group.device, BLOCK_SIZE=FLEX_BLOCK)
         return self._block_mask
 
 
@@ -267,6 +268,13 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask,
         rule = causal_lower_right(n, s.prefix_len + n)
         outs.append(sdpa(q, k, v, attn_mask=rule, scale=scale, enable_gqa=gqa and not query.is_cuda))
     return torch.cat(outs, dim=2)
+
+
+@functools.cache
+def _compiled_block_mask():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
 
 
 @functools.cache
