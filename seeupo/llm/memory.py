@@ -12,10 +12,16 @@ the model's dtype: with activation checkpointing, each layer's input (kept for t
 plus one layer's intermediate tensors and their gradients during its backward pass; without it,
 every layer's intermediate tensors. The log-probabilities never hold ``[tokens x vocabulary]``
 (:mod:`seeupo.llm.logprobs`), so the vocabulary adds only a fixed chunk. The 1.5 covers what the
-count leaves out (allocator fragmentation, the attention kernel's own buffers). Measured so far: on
-one H100 with the Qwen3-1.7B shape (``benchmarks/gpu_step.py``) every step under this budget ran
-without running out of memory, peaking at 37.2 GiB; the budget itself was not recorded there, so how
-close a pass came to it is not yet known.
+count leaves out (allocator fragmentation, the attention kernel's own buffers). Measured so far on
+one H100 with the Qwen3-1.7B shape (``benchmarks/gpu_step.py``): every step under this budget ran
+without running out of memory (policy budget 110,397 tokens with checkpointing, passes of at most
+32,240); with checkpointing off, a 14,771-token pass (its budget) estimated at 32 GiB of
+activations peaked at 52 GiB with about 13 GiB of weights and optimizer state: the count is low by
+about a fifth, which the 1.5 covers.
+
+With checkpointing ``"as_needed"`` (:func:`recomputing`) a pass smaller than the budget recomputes
+only the layers it must (:func:`recomputed_layers`) to stay within a fully checkpointed pass's
+memory at the budget.
 
 On the CPU there is no budget (``None``): memory is the machine's, and a pass takes what it needs.
 """

@@ -31,22 +31,13 @@ except ImportError:  # `make test` deselects this module; elsewhere each test sk
     verl_worker = None
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_verl_sequential import config, params, problem, verl_batch  # noqa: E402
+from test_verl_sequential import config, params, problem, tiny, verl_batch  # noqa: E402,F401 (tiny: a fixture)
 
 
 @pytest.fixture(autouse=True)
 def _needs_verl():
     if verl_worker is None:
         pytest.skip("verl's engine workers are not importable (make test-verl builds an environment with verl==0.9.1)")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    from seeupo.llm.models import norms_in_model_dtype, tiny_qwen3
-
-    # float64 throughout: transformers' RMSNorm rounds its gradient to float32 otherwise, and the
-    # packed and per-row layouts round different sums (tests/llm/test_packed_scoring.py)
-    return norms_in_model_dtype(tiny_qwen3(seed=0, dtype=torch.float64)[0])
 
 
 def worker_batch(data):
