@@ -61,8 +61,30 @@ sys.path.insert(0, str(HERE))
 #   segments: the segment tree kernel (sdpa per segment, flash attention's lower-right causal rule)
 #     instead of flex attention;
 #   autotune: flex attention compiled with mode="max-autotune-no-cudagraphs" (Inductor benchmarks
-#     the kernel's block sizes and warps on the device; minutes of compilation at the first step).
-LEVERS = ("previous", "as_needed", "segments", "autotune")
+#     the kernel's block sizes and warps on the device; minutes of compilation at the first step);
+#   share=F: ``parallel.memory_share`` F (the share of the device's memory the token budget and
+#     as_needed plan for; default 0.85).
+LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F")
+
+
+def parse_arm(arm: str) -> tuple[set[str], float | None]:
+    """``(the named levers, the memory share or None)`` of an ``--arms`` item; ValueError if malformed."""
+    if arm == "default":
+        return set(), None
+    levers, share = set(), None
+    for lever in arm.split("+"):
+        if lever.startswith("share="):
+            try:
+                share = float(lever[len("share="):])
+            except ValueError:
+                share = -1.0
+            if not 0 < share <= 1:
+                raise ValueError(f"{lever!r}: the share must be a number in (0, 1]")
+        elif lever in LEVERS:
+            levers.add(lever)
+        else:
+            raise ValueError(f"unknown lever {lever!r}")
+    return levers, share
 
 DEFAULT_PLAN = ("10:grpo:packed,10:grpo:prefix_shared,10:seeupo:prefix_shared,10:seeupo:packed,"
                 "10:seeupo-unfused:prefix_shared,5:grpo:prefix_shared,5:seeupo:prefix_shared,5:grpo:per_row,"
@@ -248,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         plan.append((int(parts[0]), parts[1], parts[2]))
     arms = [arm.strip() for arm in args.arms.split(",")]
     for arm in arms:
-        if arm != "default" and not set(arm.split("+")) <= set(LEVERS):
-            print(f"error: --arms takes 'default' or '+'-joined levers of {', '.join(LEVERS)}; got {arm!r}", file=sys.stderr)
+        try:
+            parse_arm(arm)
+        except ValueError as error:
+            print(f"error: --arms takes 'default' or '+'-joined levers of {', '.join(LEVERS)}; got {arm!r} ({error})",
+                  file=sys.stderr)
             return 2
     out = open(args.out, "a")
 
@@ -279,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     warmed: set[tuple[str, int, str]] = set()
     failed = 0
     for arm, (turns, preset, layout) in ((arm, item) for arm in arms for item in plan):
-        levers = set() if arm == "default" else set(arm.split("+"))
+        levers, share = parse_arm(arm)
         if turns not in batches:
             batches.clear()
             batches[turns], _ = mc.bfcl_batch(model.config.vocab_size, 10, tasks=1, group=8, turns=turns,
@@ -299,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = mc.measure_step(model, batch, cfg, layout, micro_batch_rows=8,
                                              micro_batch_tokens=args.micro_batch_tokens, fuse=mc._fused(preset),
                                              logprobs=logprobs, rescore=True if "previous" in levers else None,
-                                             fused_adamw="previous" not in levers)
+                                             fused_adamw="previous" not in levers, memory_share=share)
                 record |= result
                 record["step_seconds"] = sum(result["seconds"].values())
                 record["peak_gib"] = max(result["peak_mib"].values()) / 1024

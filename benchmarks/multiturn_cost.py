@@ -233,7 +233,8 @@ def zero_layer_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temperature: float = 0.9,
                  micro_batch_rows: int | None = 8, micro_batch_tokens: int | None = None, timed: bool = True,
-                 fuse: bool = True, logprobs: str = "auto", rescore: bool | None = None, fused_adamw: bool = True) -> dict:
+                 fuse: bool = True, logprobs: str = "auto", rescore: bool | None = None, fused_adamw: bool = True,
+                 memory_share: float | None = None) -> dict:
     """One training step of ``cfg`` on ``batch`` (as the trainer's ``update`` makes it), measured per pass type.
 
     ``layout``: the ``scoring`` argument of the policy, the reference and the critic (for the
@@ -245,6 +246,7 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     does: unless the update is one optimizer step (:func:`~seeupo.core.update.is_on_policy`), which
     scores them in its own passes. ``fused_adamw``: the trainer's AdamW (fused on CUDA,
     :func:`seeupo.llm.trainer.adamw`); ``False``: torch's default (per-tensor-list passes).
+    ``memory_share``: ``parallel.memory_share`` of every model (``None``: the default).
     """
     from seeupo.core.registry import adv_estimator
     from seeupo.core.update import UpdateSettings, compute_advantages, is_on_policy, policy_update
@@ -258,6 +260,8 @@ def measure_step(model: torch.nn.Module, batch, cfg, layout: str | None, *, temp
     passed = [cls.__name__ for cls in (CausalLMPolicy, ReferencePolicy, ValueModel) if extra(cls)]
     counter = PassCounter()
     limits = dict(micro_batch_rows=micro_batch_rows, micro_batch_tokens=micro_batch_tokens)  # every pass, as the trainer
+    if memory_share is not None:
+        limits["memory_share"] = memory_share
     policy = CausalLMPolicy(model, temperature=temperature, logprobs=logprobs, **limits, **extra(CausalLMPolicy))
     hooks = [counter.attach(model.base_model)]
     reference = critic = None

@@ -94,11 +94,13 @@ def _layout_ratios(folder: Path) -> list[dict[str, Any]]:
 
 def _gpu_layout_ratios(folder: Path) -> list[dict[str, Any]]:
     """SeeUPO / GRPO per scoring layout in the GPU records ``folder/*/gpu_step.jsonl`` (``benchmarks/gpu_step.py``):
-    the timed steps of the fused ``seeupo`` and of ``grpo``, tokens and seconds, the device named."""
+    the timed steps of the fused ``seeupo`` and of ``grpo`` at the trainer's defaults (the ``default``
+    arm; the other arms pull levers), tokens and seconds, the device named."""
     rows = []
     for path in sorted(folder.glob("*/gpu_step.jsonl")) if folder.exists() else []:
         steps = [r for r in map(json.loads, path.read_text().splitlines())
-                 if r.get("event") == "step" and r.get("rep") == "timed" and "error" not in r]
+                 if r.get("event") == "step" and r.get("rep") == "timed" and "error" not in r
+                 and r.get("arm", "default") == "default"]
         by = {(r["T"], r["preset"], r["layout"]): r for r in steps}
         for (turns, preset, layout), see in by.items():
             grpo = by.get((turns, "grpo", layout))
@@ -170,14 +172,17 @@ def plot(data: dict[str, Any], path) -> None:
     ax.set_title("ratios" + ("" if data["update_time"] else " (no update_time benchmark file here)"))
     ax.legend(fontsize=6, loc="upper right")
     _plot_layouts(axes[2], data)
-    fig.suptitle("Step time: SeeUPO vs the baselines (CPU: tiny models; H100: Qwen3-1.7B shape; the paper: 14B models on GPUs)")
+    fig.suptitle("Step time: SeeUPO vs the baselines (CPU: tiny models; GPUs: Qwen3-1.7B shape; the paper: 14B models on GPUs)")
     fig.tight_layout()
     save(fig, path)
 
 
 def _plot_layouts(ax, data: dict[str, Any]) -> None:
-    """SeeUPO / GRPO per scoring layout: what the comparison depends on."""
+    """SeeUPO / GRPO per scoring layout: what the comparison depends on. Per GPU, the last record in
+    name order only (``<device>_<date>[-pass]``: the newest), so that one device's bars come from one run."""
     rows = data.get("layouts") or []
+    newest = {r["device"]: r["file"] for r in rows if r.get("device", "CPU") != "CPU"}
+    rows = [r for r in rows if r.get("device", "CPU") == "CPU" or r["file"] == newest[r["device"]]]
     ax.axhspan(*data["paper_ratio"], color="#ffe082", alpha=0.6, label="paper (both unpacked)")
     ax.axhline(1.0, color="black", lw=0.8)
     shape_of = lambda r: (r["turns"], r["context"], r["early_end"], r.get("device", "CPU"))  # noqa: E731

@@ -83,7 +83,7 @@ def build_models(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, en
     # one layout and one set of pass limits for every model: the update's micro-batches are the
     # policy's passes (CausalLMPolicy.micro_batches), the scoring passes use the same limits
     passes = dict(scoring=cfg.optim.scoring, micro_batch_rows=cfg.optim.micro_batch_rows,
-                  micro_batch_tokens=cfg.optim.micro_batch_tokens, collective=dp)
+                  micro_batch_tokens=cfg.optim.micro_batch_tokens, memory_share=par.memory_share, collective=dp)
     if dist is not None:
         broadcast_from_main(model)
     try:  # before the copies: the reference and the critic run the same kernels

@@ -20,7 +20,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     out_dir: runs/seeupo
     logging: {tensorboard: false, wandb_project: null, progress: true}
     checkpoint: {every: 10, keep: 2}
-    parallel: {mixed_precision: bf16, activation_checkpointing: auto, cpu_offload: false}  # auto: on CUDA
+    parallel: {mixed_precision: bf16, activation_checkpointing: auto, memory_share: 0.85, cpu_offload: false}  # auto: on CUDA
     limits:  {allow_large: false}   # see check_for_training
     plugins: [my_estimator.py]      # user code registering algorithm pieces (seeupo.plugins)
 
@@ -48,6 +48,7 @@ from seeupo.core.config import BUILTIN_PRESETS, PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator
 from seeupo.llm.kernels import LayerKernels
 from seeupo.llm.logprobs import LogprobPath
+from seeupo.llm.memory import DEVICE_SHARE
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
 # the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
@@ -218,13 +219,20 @@ class ParallelConfig:
       pass at the token budget the device's memory gives (:func:`seeupo.llm.memory.recomputed_layers`;
       that budget even where ``optim.micro_batch_tokens`` sets a smaller one): passes smaller than
       the budget (a sequential update's early turns) recompute fewer layers, or none; the peak
-      memory rises towards the budget's. The same numbers either way.
+      memory rises towards ``memory_share`` of the device's. The same numbers either way.
+    memory_share: the share of each GPU's memory a run plans for (weights, gradients, AdamW state
+      and activations; :mod:`seeupo.llm.memory`): it sets the token budget per pass where
+      ``optim.micro_batch_tokens`` is not set and, with ``"as_needed"``, how many layers are kept
+      rather than recomputed, which is what bounds that peak. Lower it to leave room for something
+      else on the GPU (e.g. a colocated vLLM engine) or to cap the peak (Qwen3-1.7B at the BFCL
+      shape, as_needed, on an 80 GB GPU: benchmarks/RESULTS.md).
     cpu_offload: keep parameters, gradients and optimizer state on the CPU between uses (FSDP2
       ``CPUOffloadPolicy``): less GPU memory, slower steps.
     """
 
     mixed_precision: Literal["none", "bf16"] = "none"
     activation_checkpointing: bool | Literal["auto", "as_needed"] = "auto"
+    memory_share: float = DEVICE_SHARE
     cpu_offload: bool = False
 
     def checkpointing_on(self, device: Any) -> bool:
@@ -307,7 +315,7 @@ class TrainConfig:
 # inclusive ranges of numeric fields, by field name
 BOUNDS: dict[str, tuple[float, float]] = {
     "tasks_per_step": (1, 100_000), "temperature": (1e-3, 100.0), "top_p": (1e-6, 1.0), "max_new_tokens": (1, 1_000_000),
-    "max_turns": (1, 1000), "max_context": (1, 10_000_000), "vllm_gpu_memory_utilization": (0.01, 1.0), "lr": (0.0, 1.0), "critic_lr": (0.0, 1.0),
+    "max_turns": (1, 1000), "max_context": (1, 10_000_000), "vllm_gpu_memory_utilization": (0.01, 1.0), "memory_share": (0.01, 1.0), "lr": (0.0, 1.0), "critic_lr": (0.0, 1.0),
     "weight_decay": (0.0, 10.0), "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "warmup_steps": (0, 10**9),
     "max_grad_norm": (1e-12, 1e12), "micro_batch_rows": (1, 10**9), "micro_batch_tokens": (1, 10**12), "max_non_finite": (1, 10**6),
     "steps": (1, 10**9), "seed": (0, 2**63 - 1), "every": (1, 10**9), "keep": (1, 10**6),
@@ -346,7 +354,8 @@ LIMITS: dict[str, int] = {
 RESUMABLE_FIELDS: tuple[str, ...] = (
     "steps", "out_dir", "algorithm.name", "logging.tensorboard", "logging.wandb_project", "logging.progress", "logging.m_drift",
     "logging.m_final", "checkpoint.every", "checkpoint.keep", "limits.allow_large",
-    "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.cpu_offload", "optim.micro_batch_rows",
+    "parallel.mixed_precision", "parallel.activation_checkpointing", "parallel.memory_share", "parallel.cpu_offload",
+    "optim.micro_batch_rows",
     "optim.micro_batch_tokens", "optim.scoring", "optim.fuse_ratio_passes", "optim.logprobs", "optim.layer_kernels",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )

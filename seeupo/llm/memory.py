@@ -4,8 +4,10 @@ When ``optim.micro_batch_tokens`` is not set, a model on a CUDA device gets a to
 from its shape and the device's memory (:func:`auto_token_budget`), computed once, at the model's
 first pass, so that a run's passes are planned the same way at every step:
 
-    budget = (0.85 * device memory - memory allocated now - gradients and AdamW state to come)
+    budget = (share * device memory - memory allocated now - gradients and AdamW state to come)
              / (activation bytes per token, x 1.5)
+
+with ``share`` = ``parallel.memory_share`` (0.85 by default, :data:`DEVICE_SHARE`).
 
 The activation bytes per token of a training pass (:func:`activation_bytes_per_token`) count, in
 the model's dtype: with activation checkpointing, each layer's input (kept for the recomputation)
@@ -21,7 +23,9 @@ about a fifth, which the 1.5 covers.
 
 With checkpointing ``"as_needed"`` (:func:`recomputing`) a pass smaller than the budget recomputes
 only the layers it must (:func:`recomputed_layers`) to stay within a fully checkpointed pass's
-memory at the budget.
+memory at the budget: its peak rises towards ``share`` of the device's memory, so the share is
+what bounds it. Measured at the BFCL shape (Qwen3-1.7B): 43.1 GiB on an 80 GB H100 at share 0.85,
+27.7 GiB at 0.5, 91.3 GiB on a 141 GB H200 at 0.85 (benchmarks/RESULTS.md).
 
 On the CPU there is no budget (``None``): memory is the machine's, and a pass takes what it needs.
 """
@@ -33,7 +37,8 @@ from typing import Any, Iterator
 
 import torch
 
-# the share of the device's memory a run plans to use, and the margin on the per-token estimate
+# the share of the device's memory a run plans to use by default (``parallel.memory_share``), and
+# the margin on the per-token estimate
 DEVICE_SHARE = 0.85
 ESTIMATE_MARGIN = 1.5
 
@@ -88,27 +93,40 @@ def recomputed_layers(config: Any, dtype: torch.dtype, tokens: int, budget: int)
     return layers
 
 
-def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bool = True) -> int | None:
-    """The tokens one pass of ``model`` may hold on its CUDA device (module docstring); ``None`` on the CPU.
+def token_budget(config: Any, dtype: torch.dtype, checkpointing: bool, trainable: bool, *, total: int, allocated: int,
+                 reserve: int, share: float = DEVICE_SHARE) -> int:
+    """The tokens one pass may hold (module docstring), from the device's memory in bytes:
+    ``(share * total - allocated - reserve) / (ESTIMATE_MARGIN * activation bytes per token)``,
+    at least 0. ``total``: the device's memory; ``allocated``: what is allocated now (weights,
+    ...); ``reserve``: what will be (gradients and AdamW state); ``share`` in (0, 1]."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    free = share * total - allocated - reserve
+    per_token = ESTIMATE_MARGIN * activation_bytes_per_token(config, dtype, checkpointing, trainable)
+    return max(int(free // per_token), 0)
+
+
+def auto_token_budget(model: torch.nn.Module, checkpointing: bool, trainable: bool = True,
+                      share: float = DEVICE_SHARE) -> int | None:
+    """:func:`token_budget` of ``model`` on its CUDA device, read now; ``None`` on the CPU.
 
     ``trainable``: the model will get gradients and AdamW state (two moments in the parameters'
     dtype); when none of its parameters has a gradient yet, their memory is reserved now. A model
     that is not trainable (the frozen reference) keeps no activations for a backward pass.
+    ``share``: the share of the device's memory the run plans to use, in (0, 1].
     """
     param = next(model.parameters())
     if param.device.type != "cuda":
         return None
     device = param.device
-    total = torch.cuda.get_device_properties(device).total_memory
-    allocated = torch.cuda.memory_allocated(device)
     reserve = 0
     if trainable:
         params = [p for p in model.parameters() if p.requires_grad]
         if all(p.grad is None for p in params):
             reserve = 3 * sum(p.numel() * p.element_size() for p in params)
-    free = DEVICE_SHARE * total - allocated - reserve
-    per_token = ESTIMATE_MARGIN * activation_bytes_per_token(model.config, param.dtype, checkpointing, trainable)
-    return max(int(free // per_token), 0)
+    return token_budget(model.config, param.dtype, checkpointing, trainable, share=share, reserve=reserve,
+                        total=torch.cuda.get_device_properties(device).total_memory,
+                        allocated=torch.cuda.memory_allocated(device))
 
 
 # set on a model whose activation checkpointing is "as_needed" (:func:`recomputing`)

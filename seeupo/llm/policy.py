@@ -65,7 +65,7 @@ from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
 from seeupo.llm.layout import packing_plan, shared_prefix_lengths
 from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
-from seeupo.llm.memory import AS_NEEDED, auto_token_budget, is_checkpointed, recomputing
+from seeupo.llm.memory import AS_NEEDED, DEVICE_SHARE, auto_token_budget, is_checkpointed, recomputing
 from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree, prepared_mask
 from seeupo.validation import InputError
 
@@ -317,6 +317,8 @@ class CausalLMPolicy(torch.nn.Module):
         real tokens, right-padded rows rows x the longest). ``None``: on a GPU, a budget chosen
         from the model's shape and the device's memory at the first pass
         (:mod:`seeupo.llm.memory`; a row over it is an error before any pass), on the CPU no limit.
+      memory_share: the share of the GPU's memory that budget plans for, in (0, 1]
+        (``parallel.memory_share``; with activation checkpointing ``"as_needed"`` it bounds the peak).
       collective: for a model sharded over data-parallel processes (FSDP): every call makes as
         many forward passes as the process that needs the most (the others run a dummy pass
         that adds 0), even on an empty batch, so that the model's collectives match.
@@ -338,6 +340,7 @@ class CausalLMPolicy(torch.nn.Module):
         temperature: float = 1.0,
         micro_batch_rows: int | None = 8,
         micro_batch_tokens: int | None = None,
+        memory_share: float = DEVICE_SHARE,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
         logprobs: LogprobPath = "auto",
@@ -361,7 +364,7 @@ class CausalLMPolicy(torch.nn.Module):
         self._head = plain_head(model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         _plan_kernel(model, scoring)  # tree attention is set up (and probed) once, here
-        self._budget = _AutoBudget()
+        self._budget = _AutoBudget(memory_share)
 
     def auto_budget(self) -> int | None:
         """Tokens per pass chosen from the GPU's memory when ``micro_batch_tokens`` is ``None`` (CPU: ``None``)."""
@@ -500,13 +503,16 @@ class _AutoBudget:
     """A model's token budget per pass from its device's memory (:func:`seeupo.llm.memory.auto_token_budget`),
     computed at its first pass and kept, so that every step plans its passes alike."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: float = DEVICE_SHARE) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"memory_share must be in (0, 1], got {share}")
+        self.share = share
         self._value: int | None = None
         self._known = False
 
     def get(self, model: torch.nn.Module, trainable: bool) -> int | None:
         if not self._known:
-            self._value = auto_token_budget(model, is_checkpointed(model), trainable)
+            self._value = auto_token_budget(model, is_checkpointed(model), trainable, self.share)
             self._known = True
         return self._value
 
@@ -591,6 +597,7 @@ class ReferencePolicy:
         temperature: float = 1.0,
         micro_batch_rows: int | None = 8,
         micro_batch_tokens: int | None = None,
+        memory_share: float = DEVICE_SHARE,
         copy_model: bool = True,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
@@ -604,6 +611,7 @@ class ReferencePolicy:
             temperature=temperature,
             micro_batch_rows=micro_batch_rows,
             micro_batch_tokens=micro_batch_tokens,
+            memory_share=memory_share,
             collective=collective,
             scoring=scoring,
             logprobs=logprobs,
@@ -635,7 +643,7 @@ class ValueModel(torch.nn.Module):
     Args:
       backbone: a transformer returning ``last_hidden_state`` (e.g. ``causal_lm.base_model``).
       hidden_size: its hidden size.
-      micro_batch_rows, micro_batch_tokens, collective, scoring: as for :class:`CausalLMPolicy`.
+      micro_batch_rows, micro_batch_tokens, memory_share, collective, scoring: as for :class:`CausalLMPolicy`.
     """
 
     def __init__(
@@ -645,6 +653,7 @@ class ValueModel(torch.nn.Module):
         *,
         micro_batch_rows: int | None = 8,
         micro_batch_tokens: int | None = None,
+        memory_share: float = DEVICE_SHARE,
         collective: DataParallel | None = None,
         scoring: Scoring = "prefix_shared",
     ) -> None:
@@ -660,7 +669,7 @@ class ValueModel(torch.nn.Module):
         self.collective = collective
         self.scoring = scoring
         _plan_kernel(backbone, scoring)  # tree attention is set up (and probed) once, here
-        self._budget = _AutoBudget()
+        self._budget = _AutoBudget(memory_share)
 
     def auto_budget(self) -> int | None:
         """Tokens per pass chosen from the GPU's memory when ``micro_batch_tokens`` is ``None`` (CPU: ``None``)."""

@@ -230,3 +230,11 @@ def test_activation_checkpointing_as_needed_is_on_where_auto_is():
         assert (par.checkpointing_on("cpu"), par.checkpointing_on("cuda:0")) == (False, True)
     with pytest.raises(InputError, match="'auto' or 'as_needed', got 'sometimes'"):
         load_train_config(None, ["parallel.activation_checkpointing=sometimes", "out_dir=unused"])
+
+
+def test_memory_share_is_a_share_of_the_device():
+    assert load_train_config(None, ["out_dir=unused"]).parallel.memory_share == 0.85
+    assert load_train_config(None, ["parallel.memory_share=0.5", "out_dir=unused"]).parallel.memory_share == 0.5
+    for bad in ("0", "1.5"):
+        with pytest.raises(InputError, match="memory_share"):
+            load_train_config(None, [f"parallel.memory_share={bad}", "out_dir=unused"])

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from seeupo.llm.distributed import decoder_layers, enable_activation_checkpointing  # noqa: E402
 from seeupo.llm.layout import scoring_batch  # noqa: E402
-from seeupo.llm.memory import activation_bytes_per_token, recomputed_layers  # noqa: E402
+from seeupo.llm.memory import ESTIMATE_MARGIN, activation_bytes_per_token, recomputed_layers, token_budget  # noqa: E402
 from seeupo.llm.policy import CausalLMPolicy, ValueModel  # noqa: E402
 
 
@@ -35,6 +35,35 @@ def test_activation_bytes_with_some_layers_recomputed_by_hand():
     assert activation_bytes_per_token(c, torch.float64, True, recomputed=0) == activation_bytes_per_token(c, torch.float64, False)
     with pytest.raises(ValueError, match="0..4"):
         activation_bytes_per_token(c, torch.float64, True, recomputed=5)
+
+
+def test_token_budget_by_hand_and_the_share_bounds_as_needed():
+    c = four_layer_model().config
+    per_token = activation_bytes_per_token(c, torch.float64, checkpointing=True)
+    gib = 2**30
+    budget = token_budget(c, torch.float64, True, True, total=80 * gib, allocated=4 * gib, reserve=10 * gib, share=0.5)
+    assert budget == int((0.5 * 80 * gib - 14 * gib) // (ESTIMATE_MARGIN * per_token))
+    full = token_budget(c, torch.float64, True, True, total=80 * gib, allocated=4 * gib, reserve=10 * gib)  # 0.85
+    assert full == int((0.85 * 80 * gib - 14 * gib) // (ESTIMATE_MARGIN * per_token)) > budget
+    # nothing left: 0 tokens, not a negative budget
+    assert token_budget(c, torch.float64, True, True, total=80 * gib, allocated=40 * gib, reserve=10 * gib, share=0.5) == 0
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"\(0, 1\]"):
+            token_budget(c, torch.float64, True, True, total=gib, allocated=0, reserve=0, share=share)
+    # as_needed keeps a pass's activations within a fully checkpointed pass at the budget, so a
+    # lower share recomputes at least as many layers and bounds the activations by its memory
+    for tokens in (budget // 4, budget // 2, budget):
+        k_low, k_full = recomputed_layers(c, torch.float64, tokens, budget), recomputed_layers(c, torch.float64, tokens, full)
+        assert k_low >= k_full
+        kept = tokens * activation_bytes_per_token(c, torch.float64, True, recomputed=k_low)
+        assert kept * ESTIMATE_MARGIN <= 0.5 * 80 * gib - 14 * gib
+
+
+def test_a_policys_memory_share_is_checked_where_it_enters():
+    for share in (0.0, 1.01):
+        with pytest.raises(ValueError, match="memory_share"):
+            CausalLMPolicy(four_layer_model(), memory_share=share)
+    assert CausalLMPolicy(four_layer_model(), memory_share=0.5)._budget.share == 0.5
 
 
 def test_recomputed_layers_are_the_fewest_that_fit_the_budgets_memory():

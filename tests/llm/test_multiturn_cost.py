@@ -112,3 +112,14 @@ def test_cli_rejects_an_unknown_shape_with_exit_2(bench, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--shape", "qwen9", "--no-record"])
     assert exc.value.code == 2 and "--shape" in capsys.readouterr().err
+
+
+def test_gpu_step_arms_name_levers_and_a_memory_share():
+    spec = importlib.util.spec_from_file_location("gpu_step", SCRIPT.parent / "gpu_step.py")
+    gpu_step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_step)
+    assert gpu_step.parse_arm("default") == (set(), None)
+    assert gpu_step.parse_arm("as_needed+share=0.5+segments") == ({"as_needed", "segments"}, 0.5)
+    for bad in ("share=0", "share=1.5", "share=half", "as_needed+fast"):
+        with pytest.raises(ValueError):
+            gpu_step.parse_arm(bad)

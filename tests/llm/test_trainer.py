@@ -263,6 +263,13 @@ def test_every_scoring_layout_trains_alike(tmp_path):
                 assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (layout, key)
 
 
+def test_memory_share_reaches_every_model(tmp_path):
+    cfg = load_train_config(None, SMALL + ["algorithm.preset=ppo", "parallel.memory_share=0.6", f"out_dir={tmp_path}"])
+    trainer = Trainer(cfg, prepare=False)
+    budgets = (trainer.policy._budget, trainer.reference._policy._budget, trainer.critic._budget)
+    assert [budget.share for budget in budgets] == [0.6, 0.6, 0.6]
+
+
 def test_warm_up_runs_the_environments_steps_and_logs_the_first_batch_loglik_before_its_step(tiny32):
     """One step of the bridge's format warm-up: the log-likelihood it reports is the batch's under the
     starting weights (computed again here from the same draws), and the step moves the weights."""
