@@ -505,7 +505,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
         if saved is not None:
             resume_changes(saved, cfg)  # refuses a config that would make it another run
-    _refuse_liger_off_cuda(cfg)
+    _refuse_liger_where_it_cannot_run(cfg)
     out = writable_dir(out, "--out")
     env = None
     if launched_by_torchrun():  # torchrun --nproc-per-node N -m seeupo train ...: FSDP2 data parallelism
@@ -519,19 +519,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
             shutdown()
 
 
-def _refuse_liger_off_cuda(cfg) -> None:
+def _refuse_liger_where_it_cannot_run(cfg) -> None:
     """``optim.logprobs`` / ``optim.layer_kernels: liger`` where the run will not have CUDA (one process
-    trains on the CPU; under torchrun each process on its GPU, where there is one): one line, before the
-    run folder exists, not a traceback at the first pass."""
+    trains on the CPU; under torchrun each process on its GPU, where there is one), or layer kernels
+    liger has none of for the model's type: one line, before the run folder exists or the model is
+    loaded and warmed up, not a traceback at the first pass."""
     import torch
 
+    from seeupo.llm.build import model_type
     from seeupo.llm.distributed import launched_by_torchrun
+    from seeupo.llm.kernels import model_type_unsupported
     from seeupo.llm.logprobs import liger_unavailable
 
     reason = liger_unavailable("cuda" if launched_by_torchrun() and torch.cuda.is_available() else "cpu")
     for field in ("logprobs", "layer_kernels"):
         if getattr(cfg.optim, field) == "liger" and reason is not None:
             raise InputError(f"config.optim.{field}", f"'liger' cannot run: {reason}")
+    if cfg.optim.layer_kernels == "liger":
+        unsupported = model_type_unsupported(model_type(cfg.model.name))
+        if unsupported is not None:
+            raise InputError("config.optim.layer_kernels", f"'liger' cannot run: {unsupported}")
 
 
 def _holds_run(out: Path) -> bool:

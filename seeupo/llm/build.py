@@ -11,6 +11,7 @@ checkpointing when the run is one of several data-parallel processes
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,20 @@ def load_model(name: str, dtype: str, seed: int) -> tuple[torch.nn.Module, Any]:
 
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
     return model.eval(), AutoTokenizer.from_pretrained(name, local_files_only=True)
+
+
+# the built-in models' transformers ``model_type`` (a local folder's is in its config.json)
+BUILTIN_MODEL_TYPES = {"tiny-qwen3": "qwen3", "smollm2-135m": "llama"}
+
+
+def model_type(name: str) -> str | None:
+    """The transformers ``model_type`` of ``model.name``, without loading the model (``None``: unknown)."""
+    if name in BUILTIN_MODEL_TYPES:
+        return BUILTIN_MODEL_TYPES[name]
+    try:
+        return json.loads((Path(name) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 @dataclass

@@ -37,7 +37,12 @@ def layer_kernels_unavailable(model: torch.nn.Module, device: torch.device | str
     reason = liger_unavailable(device)
     if reason is not None:
         return reason
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return model_type_unsupported(getattr(getattr(model, "config", None), "model_type", None))
+
+
+def model_type_unsupported(model_type: str | None) -> str | None:
+    """Why liger-kernel has no layer kernels for a transformers ``model_type`` (one line), or ``None``
+    if it has: read before a model is loaded, from its config alone."""
     if model_type not in _liger_apply_functions():
         return f"liger-kernel has no layer kernels for model type {model_type!r}"
     return None

@@ -364,6 +364,30 @@ def test_liger_without_cuda_is_refused_before_the_run_folder_exists(tmp_path, ca
     assert not run.exists()
 
 
+def test_layer_kernels_liger_has_none_of_are_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """Where liger could run (CUDA), a model type it has no layer kernels for is refused from the
+    config alone: before the run folder exists and before the model is loaded and warmed up."""
+    import seeupo.llm.build as build
+    import seeupo.llm.kernels as kernels
+    import seeupo.llm.logprobs as logprobs
+
+    monkeypatch.setattr(logprobs, "liger_unavailable", lambda device: None)
+    monkeypatch.setattr(kernels, "_liger_apply_functions", lambda: {"llama": None})
+    import seeupo.llm.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_model", lambda *a: pytest.fail("the model was loaded"))
+    run = tmp_path / "run"
+    assert main(["train", "--set", "steps=1", "--set", "optim.layer_kernels=liger", "--out", str(run), "--no-progress"]) == 2
+    assert _one_line(capsys).rstrip() == ("seeupo train: error: field 'config.optim.layer_kernels': 'liger' cannot run: "
+                                          "liger-kernel has no layer kernels for model type 'qwen3'")
+    assert not run.exists()
+    folder = tmp_path / "local-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    assert (build.model_type("tiny-qwen3"), build.model_type(str(folder)), build.model_type(str(tmp_path / "none"))) == (
+        "qwen3", "llama", None)
+
+
 def test_an_on_policy_step_scores_its_old_logps_in_the_update_pass(tmp_path, monkeypatch):
     """GRPO with one epoch and one minibatch makes no scoring pass of the policy before its update,
     and trains exactly as the rescoring reference does (float64)."""
