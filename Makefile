@@ -123,8 +123,9 @@ DEVICE ?= cuda
 OUT_DIR ?= benchmarks/results
 ARMS ?=
 PLAN ?=
+PROFILE ?=
 benchmark-gpu: $(BIN)/seeupo
-	PYTHON=$(BIN)/python SHAPE=$(SHAPE) DEVICE=$(DEVICE) OUT_DIR=$(OUT_DIR) ARMS=$(ARMS) PLAN=$(PLAN) bash benchmarks/gpu_run.sh
+	PYTHON=$(BIN)/python SHAPE=$(SHAPE) DEVICE=$(DEVICE) OUT_DIR=$(OUT_DIR) ARMS=$(ARMS) PLAN=$(PLAN) PROFILE=$(PROFILE) bash benchmarks/gpu_run.sh
 
 clean:
 	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) $(VERL_VENV) results .pytest_cache .hypothesis

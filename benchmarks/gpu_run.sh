@@ -7,7 +7,8 @@
 #   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger);
 # on the CPU also layer_kernels.py (the decoder layers' fused kernels against transformers' own).
 # SHAPE=tiny DEVICE=cpu is the CPU dry run of the same scripts at small sizes (CI runs it).
-# ARMS (gpu_step.py --arms: levers against the defaults in one run) and PLAN (--plan) pass through.
+# ARMS (gpu_step.py --arms: levers against the defaults in one run), PLAN (--plan) and PROFILE=1
+# (--profile: after the plan, the top kernels of one step of its first item) pass through.
 set -u
 PY=${PYTHON:-python3}
 SHAPE=${SHAPE:-qwen3-1.7b}
@@ -22,6 +23,7 @@ if [ "$DEVICE" = cpu ]; then
 else
   STEP=(--deadline 300 --arms "${ARMS:-default}")
   if [ -n "${PLAN:-}" ]; then STEP+=(--plan "$PLAN"); fi
+  if [ -n "${PROFILE:-}" ]; then STEP+=(--profile); fi
   LOGPROB=()
 fi
 status=0
