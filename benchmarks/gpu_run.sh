@@ -23,9 +23,9 @@ if [ "$DEVICE" = cpu ]; then
 else
   STEP=(--deadline 300 --arms "${ARMS:-default}")
   if [ -n "${PLAN:-}" ]; then STEP+=(--plan "$PLAN"); fi
-  if [ -n "${PROFILE:-}" ]; then STEP+=(--profile); fi
   LOGPROB=()
 fi
+if [ -n "${PROFILE:-}" ]; then STEP+=(--profile); fi
 status=0
 timeout 380 "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
 timeout 90 "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1

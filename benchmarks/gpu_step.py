@@ -43,6 +43,7 @@ import contextlib
 import functools
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -77,8 +78,8 @@ def parse_arm(arm: str) -> tuple[set[str], float | None]:
             try:
                 share = float(lever[len("share="):])
             except ValueError:
-                share = -1.0
-            if not 0 < share <= 1:
+                share = math.nan
+            if not 0 < share <= 1:  # NaN too
                 raise ValueError(f"{lever!r}: the share must be a number in (0, 1]")
         elif lever in LEVERS:
             levers.add(lever)
@@ -268,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(mc.LAYOUTS)}); got {item!r}", file=sys.stderr)
             return 2
         plan.append((int(parts[0]), parts[1], parts[2]))
-    arms = [arm.strip() for arm in args.arms.split(",")]
-    for arm in arms:
+    arms: dict[str, tuple[set[str], float | None]] = {}
+    for arm in (arm.strip() for arm in args.arms.split(",")):
         try:
-            parse_arm(arm)
+            arms[arm] = parse_arm(arm)
         except ValueError as error:
             print(f"error: --arms takes 'default' or '+'-joined levers of {', '.join(LEVERS)}; got {arm!r} ({error})",
                   file=sys.stderr)
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     warmed: set[tuple[str, int, str]] = set()
     failed = 0
     for arm, (turns, preset, layout) in ((arm, item) for arm in arms for item in plan):
-        levers, share = parse_arm(arm)
+        levers, share = arms[arm]
         if turns not in batches:
             batches.clear()
             batches[turns], _ = mc.bfcl_batch(model.config.vocab_size, 10, tasks=1, group=8, turns=turns,

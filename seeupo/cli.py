@@ -484,6 +484,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from seeupo.core.contract import dry_run
     from seeupo.llm.checkpoint import latest_checkpoint, saved_run_config
     from seeupo.llm.config import check_for_training, load_train_config, resume_changes
+    from seeupo.llm.build import check_model_name
     from seeupo.llm.distributed import launched_by_torchrun, shutdown
     from seeupo.llm.trainer import Trainer
 
@@ -505,6 +506,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
         if saved is not None:
             resume_changes(saved, cfg)  # refuses a config that would make it another run
+    check_model_name(cfg.model.name)
     _refuse_liger_where_it_cannot_run(cfg)
     out = writable_dir(out, "--out")
     env = None
@@ -535,8 +537,9 @@ def _refuse_liger_where_it_cannot_run(cfg) -> None:
     for field in ("logprobs", "layer_kernels"):
         if getattr(cfg.optim, field) == "liger" and reason is not None:
             raise InputError(f"config.optim.{field}", f"'liger' cannot run: {reason}")
-    if cfg.optim.layer_kernels == "liger":
-        unsupported = model_type_unsupported(model_type(cfg.model.name))
+    kind = model_type(cfg.model.name)  # None: a folder whose config.json does not say; checked once loaded
+    if cfg.optim.layer_kernels == "liger" and kind is not None:
+        unsupported = model_type_unsupported(kind)
         if unsupported is not None:
             raise InputError("config.optim.layer_kernels", f"'liger' cannot run: {unsupported}")
 
@@ -583,12 +586,14 @@ def _train(cfg, args: argparse.Namespace, trainer, out: Path, *, resume: bool) -
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     _require_llm_extra()
+    from seeupo.llm.build import check_model_name
     from seeupo.llm.checkpoint import latest_checkpoint, load_checkpoint, load_model_weights
     from seeupo.llm.config import load_train_config
     from seeupo.llm.evaluate import EPISODES, check_output, eval_settings, evaluate_policy, markdown, start_output
     from seeupo.llm.trainer import Trainer
 
     cfg = load_train_config(args.config, list(args.set), args.plugin)
+    check_model_name(cfg.model.name)
     out = writable_dir(args.out, "--out")
     checkpoint = None
     if args.checkpoint is not None:

@@ -32,6 +32,10 @@ from seeupo.validation import InputError
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
+# the built-in models' transformers ``model_type`` (a local folder's is in its config.json)
+BUILTIN_MODEL_TYPES = {"tiny-qwen3": "qwen3", "smollm2-135m": "llama"}
+
+
 def load_model(name: str, dtype: str, seed: int) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` for ``model.name`` of a config (see :class:`seeupo.llm.config.ModelConfig`)."""
     torch_dtype = DTYPES[dtype]
@@ -43,16 +47,19 @@ def load_model(name: str, dtype: str, seed: int) -> tuple[torch.nn.Module, Any]:
         from seeupo.llm.models import load_smollm2
 
         return load_smollm2(dtype=torch_dtype)
-    if not Path(name).is_dir():
-        raise InputError("config.model.name", f"{name!r} is not 'tiny-qwen3', 'smollm2-135m' or a local model folder")
+    check_model_name(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
     return model.eval(), AutoTokenizer.from_pretrained(name, local_files_only=True)
 
 
-# the built-in models' transformers ``model_type`` (a local folder's is in its config.json)
-BUILTIN_MODEL_TYPES = {"tiny-qwen3": "qwen3", "smollm2-135m": "llama"}
+def check_model_name(name: str) -> None:
+    """``model.name`` is a built-in model or a local folder, else one-line :class:`InputError`: read
+    before a run or evaluation folder is created."""
+    if name not in BUILTIN_MODEL_TYPES and not Path(name).is_dir():
+        names = ", ".join(repr(n) for n in BUILTIN_MODEL_TYPES)
+        raise InputError("config.model.name", f"{name!r} is not one of {names} or a local model folder")
 
 
 def model_type(name: str) -> str | None:

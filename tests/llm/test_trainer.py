@@ -388,6 +388,15 @@ def test_layer_kernels_liger_has_none_of_are_refused_before_the_model_loads(tmp_
         "qwen3", "llama", None)
 
 
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_a_model_name_that_is_neither_built_in_nor_a_folder_is_refused_before_the_output_folder(tmp_path, capsys,
+                                                                                                 command):
+    run = tmp_path / "run"
+    assert main([command, "--set", "model.name=" + str(tmp_path / "no-such-model"), "--out", str(run), "--no-progress"]) == 2
+    assert _one_line(capsys).startswith(f"seeupo {command}: error: field 'config.model.name': ")
+    assert not run.exists()
+
+
 def test_an_on_policy_step_scores_its_old_logps_in_the_update_pass(tmp_path, monkeypatch):
     """GRPO with one epoch and one minibatch makes no scoring pass of the policy before its update,
     and trains exactly as the rescoring reference does (float64)."""
