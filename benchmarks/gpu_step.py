@@ -64,8 +64,11 @@ sys.path.insert(0, str(HERE))
 #   autotune: flex attention compiled with mode="max-autotune-no-cudagraphs" (Inductor benchmarks
 #     the kernel's block sizes and warps on the device; minutes of compilation at the first step);
 #   share=F: ``parallel.memory_share`` F (the share of the device's memory the token budget and
-#     as_needed plan for; default 0.85).
-LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F")
+#     as_needed plan for; default 0.85);
+#   recompute_attention: a checkpointed layer recomputes its attention kernel too instead of
+#     keeping its inputs and output (``enable_activation_checkpointing(keep_attention=False)``, the
+#     default before it kept them).
+LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F", "recompute_attention")
 
 
 def parse_arm(arm: str) -> tuple[set[str], float | None]:
@@ -158,19 +161,23 @@ def check_kernels(device: torch.device, dtype: torch.dtype, logprobs: str) -> tu
     return path, record
 
 
-def profile_step(step, top: int = 30) -> dict:
+def profile_step(step, top: int = 40) -> dict:
     """Where one step's device time goes: the ``top`` kernels by their own device time (torch.profiler),
-    and the total over all kernels; on the CPU, the operators' own CPU time."""
+    the total over all kernels and the step's wall time (their difference is time the device waited);
+    on the CPU, the operators' own CPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
+        start = time.perf_counter()
         step()
+        wall = time.perf_counter() - start
     events = [e for e in prof.key_averages() if (e.self_device_time_total if cuda else e.self_cpu_time_total) > 0]
     own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     events.sort(key=own, reverse=True)
     return {"clock": "device" if cuda else "cpu", "total_ms": sum(own(e) for e in events) / 1e3,
+            "wall_ms": round(wall * 1e3, 1),
             "top": [{"name": e.key[:160], "ms": round(own(e) / 1e3, 2), "count": e.count} for e in events[:top]]}
 
 
@@ -204,10 +211,13 @@ def pulled(levers: set[str], model: torch.nn.Module):
     model or the policy's kernel choice ("previous" acts through ``measure_step``'s arguments)."""
     import seeupo.llm.policy as policy_module
     import seeupo.llm.tree_attention as tree_module
-    from seeupo.llm.memory import AS_NEEDED
+    from seeupo.llm.distributed import enable_activation_checkpointing
+    from seeupo.llm.memory import AS_NEEDED, is_checkpointed, keeps_attention
 
     kernel, as_needed = policy_module.default_kernel, getattr(model, AS_NEEDED, False)
-    compiled = tree_module._compiled_flex
+    compiled, kept = tree_module._compiled_flex, keeps_attention(model)
+    if "recompute_attention" in levers and is_checkpointed(model):
+        enable_activation_checkpointing(model, as_needed, keep_attention=False)
     if "as_needed" in levers:  # every step's copy of the model (and a critic's backbone) inherits it
         object.__setattr__(model, AS_NEEDED, True)
         object.__setattr__(model.base_model, AS_NEEDED, True)
@@ -222,6 +232,8 @@ def pulled(levers: set[str], model: torch.nn.Module):
         object.__setattr__(model, AS_NEEDED, as_needed)
         object.__setattr__(model.base_model, AS_NEEDED, as_needed)
         tree_module._compiled_flex = compiled
+        if "recompute_attention" in levers and is_checkpointed(model):
+            enable_activation_checkpointing(model, as_needed, keep_attention=kept)
 
 
 @functools.cache

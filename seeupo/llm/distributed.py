@@ -106,18 +106,24 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def enable_activation_checkpointing(model: torch.nn.Module, as_needed: bool = False) -> None:
+def enable_activation_checkpointing(model: torch.nn.Module, as_needed: bool = False, keep_attention: bool = True) -> None:
     """Recompute each decoder layer's activations in the backward pass instead of storing them.
 
     transformers checkpoints a layer only while the layer is in training mode; the policy keeps
     the model in eval mode (no dropout, so that recomputed log-probabilities equal the sampled
     ones). Only the layers' own ``training`` flag is set, not their children's: the checkpoint
     runs and every dropout inside stays off. ``as_needed``: each training pass recomputes only
-    the layers its memory requires (:func:`seeupo.llm.memory.recomputing`).
+    the layers its memory requires (:func:`seeupo.llm.memory.recomputing`). ``keep_attention``:
+    a recomputed layer keeps its attention kernel's inputs and output, and its recomputation
+    replays that output instead of calling the kernel again (:mod:`seeupo.llm.memory`; it takes
+    effect through the tree attention function, :mod:`seeupo.llm.tree_attention`); ``False``
+    recomputes everything, the least memory and the reference it is tested against.
     """
-    from seeupo.llm.memory import AS_NEEDED
+    from seeupo.llm.memory import AS_NEEDED, KEEPS_ATTENTION, attention_keeping_contexts
 
-    kwargs = {"use_reentrant": False}
+    kwargs: dict = {"use_reentrant": False}
+    if keep_attention:
+        kwargs["context_fn"] = attention_keeping_contexts
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:  # transformers < 5.23 (5.17 on the GPU image) has only the older name, deprecated since
@@ -125,6 +131,8 @@ def enable_activation_checkpointing(model: torch.nn.Module, as_needed: bool = Fa
     for layer in decoder_layers(model):
         layer.training = True
     object.__setattr__(model, AS_NEEDED, as_needed)
+    for module in (model, getattr(model, "base_model", model)):  # a critic built on the backbone reads it there
+        object.__setattr__(module, KEEPS_ATTENTION, keep_attention)
 
 
 def shard_model(

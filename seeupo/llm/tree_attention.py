@@ -54,6 +54,8 @@ from typing import Any, Literal
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
+from seeupo.llm.memory import checkpointed_attention
+
 Tensor = torch.Tensor
 
 TreeKernel = Literal["flex", "segments"]
@@ -331,10 +333,11 @@ def _register(base: str) -> str:
                   scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
         tree = tree_of(attention_mask)
         if tree is None:
-            return base_fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+            return checkpointed_attention(
+                lambda: base_fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs))
         if dropout > 0:
             raise ValueError("tree attention computes without dropout; keep the model's attention dropout at 0")
-        out = tree_attention(query, key, value, tree, scaling)
+        out = checkpointed_attention(lambda: tree_attention(query, key, value, tree, scaling))
         return out.transpose(1, 2).contiguous(), None
 
     ALL_ATTENTION_FUNCTIONS.register(name, attention)

@@ -37,6 +37,24 @@ def test_activation_bytes_with_some_layers_recomputed_by_hand():
         activation_bytes_per_token(c, torch.float64, True, recomputed=5)
 
 
+def test_activation_bytes_when_checkpointed_layers_keep_their_attention_by_hand():
+    c = four_layer_model().config
+    layer = (2 * 4 * 8 + 2 * 2 * 8 + 5 * 32 + 4 * 64) * 8
+    attention = (2 * 4 * 8 + 2 * 2 * 8) * 8 + 4 * 4  # q, output, k, v in float64; a float32 log-sum-exp per head
+    final = 4 * 32 * 4
+    for k in range(5):
+        want = k * (32 * 8 + attention) + (4 - k) * layer + (2 * layer if k else 0) + final
+        assert activation_bytes_per_token(c, torch.float64, True, recomputed=k, keep_attention=True) == want
+    # without checkpointing nothing is recomputed, so keeping attention changes nothing
+    assert (activation_bytes_per_token(c, torch.float64, False, keep_attention=True)
+            == activation_bytes_per_token(c, torch.float64, False))
+    # a budget counts the kept attention: fewer tokens fit
+    gib = 2**30
+    budgets = [token_budget(c, torch.float64, True, True, total=80 * gib, allocated=4 * gib, reserve=10 * gib,
+                            keep_attention=keep) for keep in (False, True)]
+    assert budgets[1] < budgets[0]
+
+
 def test_token_budget_by_hand_and_the_share_bounds_as_needed():
     c = four_layer_model().config
     per_token = activation_bytes_per_token(c, torch.float64, checkpointing=True)
@@ -90,7 +108,7 @@ def _counting(model):
     return counts
 
 
-@pytest.mark.parametrize("budget", [None, 10, 16, 1000])
+@pytest.mark.parametrize("budget", [None, 10, 14, 1000])
 def test_as_needed_recomputes_the_layers_memory_requires_with_the_same_gradient(budget):
     model = four_layer_model()
     batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
@@ -104,7 +122,7 @@ def test_as_needed_recomputes_the_layers_memory_requires_with_the_same_gradient(
         policy._budget._value, policy._budget._known = budget, True
     counts = _counting(model)
     policy.token_logps(batch).sum().backward()
-    recomputed = 4 if budget is None else recomputed_layers(model.config, torch.float64, tokens, budget)
+    recomputed = 4 if budget is None else recomputed_layers(model.config, torch.float64, tokens, budget, keep_attention=True)
     assert counts == [2 * passes] * recomputed + [passes] * (4 - recomputed)
     assert all(layer.gradient_checkpointing for layer in decoder_layers(model))  # restored after the pass
     worst = max(float((p.grad - q.grad).abs().max()) for p, q in zip(model.parameters(), plain.parameters()))
@@ -115,9 +133,51 @@ def test_as_needed_recomputes_the_layers_memory_requires_with_the_same_gradient(
         assert counts == [passes] * 4
 
 
+def _counting_attention(monkeypatch):
+    """How often the tree attention kernel runs (every layer's call goes through it)."""
+    from seeupo.llm import tree_attention
+
+    calls = [0]
+    kernel = tree_attention.tree_attention
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(tree_attention, "tree_attention", counted)
+    return calls
+
+
+@pytest.mark.parametrize("as_needed", [False, True])
+def test_a_checkpointed_layer_replays_its_attention_with_the_full_recomputations_gradient(monkeypatch, as_needed):
+    batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
+    grads, counts = {}, {}
+    for keep in (None, False, True):  # None: no checkpointing
+        model = four_layer_model()
+        if keep is not None:
+            enable_activation_checkpointing(model, as_needed=as_needed, keep_attention=keep)
+        policy = CausalLMPolicy(model, scoring="packed")
+        budget = 14 if keep else 16  # the 11 tokens recompute 3 of the 4 layers either way (kept attention counted)
+        if as_needed:
+            policy._budget._value, policy._budget._known = budget, True
+        layers, attention = _counting(model), _counting_attention(monkeypatch)
+        policy.token_logps(batch).sum().backward()
+        grads[keep] = [p.grad for p in model.parameters()]
+        counts[keep] = (layers, attention[0])
+    for keep in (False, True):
+        recomputed = recomputed_layers(model.config, torch.float64, 11, 14 if keep else 16, keep) if as_needed else 4
+        assert recomputed == (3 if as_needed else 4)
+        ran = [2] * recomputed + [1] * (4 - recomputed)
+        # without keep_attention the kernel runs again in every recomputed layer; with it, never
+        assert counts[keep] == (ran, 4 + (0 if keep else recomputed))
+        worst = max(float((g - h).abs().max()) for g, h in zip(grads[keep], grads[None]))
+        assert worst < 1e-12
+    assert counts[None] == ([1] * 4, 4)
+
+
 def test_the_budgets_in_the_test_above_cover_none_some_and_all_layers():
     c = four_layer_model().config
-    assert [recomputed_layers(c, torch.float64, 11, b) for b in (10, 16, 1000)] == [4, 3, 0]
+    assert [recomputed_layers(c, torch.float64, 11, b, keep_attention=True) for b in (10, 14, 1000)] == [4, 3, 0]
 
 
 def test_a_critic_recomputes_as_needed_too():
@@ -156,7 +216,7 @@ CausalLMPolicy(plain, scoring="packed").token_logps(batch).sum().backward()
 enable_activation_checkpointing(model, as_needed=True)
 shard_model(model, env)
 policy = CausalLMPolicy(model, scoring="packed")
-policy._budget._value, policy._budget._known = 16, True  # 11 tokens: 3 of 4 layers recomputed
+policy._budget._value, policy._budget._known = 14, True  # 11 tokens: 3 of 4 layers recomputed (attention kept)
 counts = _counting(model)
 policy.token_logps(batch).sum().backward()
 assert counts == [2, 2, 2, 1], counts

@@ -224,6 +224,32 @@ def test_policy_on_cuda_equals_per_row(tiny32, lm_batch):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
 
 
+@pytest.mark.skipif(not CUDA, reason="the flex kernel runs on CUDA only; this check runs where a GPU is lent")
+def test_checkpointing_that_keeps_flex_attention_gives_the_full_recomputations_gradients_on_cuda(tiny32, lm_batch,
+                                                                                               monkeypatch):
+    from seeupo.llm import tree_attention as module
+    from seeupo.llm.distributed import enable_activation_checkpointing
+
+    model, _ = tiny32
+    lengths = [40, 55, 33, 47]
+    ids = _rows(lengths, [20, 20, 20, 20], [0, 0, 0, 0], vocab=model.config.vocab_size)
+    batch = lm_batch([ids[i, :25].tolist() for i in range(4)], [ids[i, 25:n].tolist() for i, n in enumerate(lengths)],
+                     dtype=torch.float32)
+    calls, kernel = [0], module.tree_attention
+    monkeypatch.setattr(module, "tree_attention", lambda *a, **k: (calls.__setitem__(0, calls[0] + 1), kernel(*a, **k))[1])
+    grads, counts = {}, {}
+    for keep in (False, True):
+        copy_ = copy.deepcopy(model).cuda()
+        enable_activation_checkpointing(copy_, keep_attention=keep)
+        calls[0] = 0
+        CausalLMPolicy(copy_, scoring="prefix_shared").token_logps(batch).sum().backward()
+        grads[keep], counts[keep] = [p.grad for p in copy_.parameters()], calls[0]
+    layers = model.config.num_hidden_layers
+    assert (counts[False], counts[True]) == (2 * layers, layers)
+    for a, b in zip(grads[True], grads[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_every_family_takes_the_rule_through_a_prepared_mask(family):
     """Llama's model under transformers 5.24 refuses a mask mapping (it builds its mask from it); a
