@@ -219,7 +219,9 @@ class ParallelConfig:
       pass at the token budget the device's memory gives (:func:`seeupo.llm.memory.recomputed_layers`;
       that budget even where ``optim.micro_batch_tokens`` sets a smaller one): passes smaller than
       the budget (a sequential update's early turns) recompute fewer layers, or none; the peak
-      memory rises towards ``memory_share`` of the device's. The same numbers either way.
+      memory rises towards ``memory_share`` of the device's. The same numbers either way. A
+      recomputed layer keeps its attention kernel's inputs and output and replays the output
+      (:mod:`seeupo.llm.memory`): the kernel runs once per layer, not twice.
     memory_share: the share of each GPU's memory a run plans for (weights, gradients, AdamW state
       and activations; :mod:`seeupo.llm.memory`): it sets the token budget per pass where
       ``optim.micro_batch_tokens`` is not set and, with ``"as_needed"``, how many layers are kept

@@ -16,8 +16,9 @@ every layer's intermediate tensors. The log-probabilities never hold ``[tokens x
 (:mod:`seeupo.llm.logprobs`), so the vocabulary adds only a fixed chunk. The 1.5 covers what the
 count leaves out (allocator fragmentation, the attention kernel's own buffers). Measured so far on
 one H100 with the Qwen3-1.7B shape (``benchmarks/gpu_step.py``): every step under this budget ran
-without running out of memory (policy budget 110,397 tokens with checkpointing, passes of at most
-32,240); with checkpointing off, a 14,771-token pass (its budget) estimated at 32 GiB of
+without running out of memory (policy budget 110,397 tokens with checkpointing, 52,295 when the
+checkpointed layers keep their attention as below, with a peak of at most 33.0 GiB at the BFCL shape);
+with checkpointing off, a 14,771-token pass (its budget) estimated at 32 GiB of
 activations peaked at 52 GiB with about 13 GiB of weights and optimizer state: the count is low by
 about a fifth, which the 1.5 covers.
 

@@ -193,6 +193,9 @@ def test_step_time_reads_the_committed_multiturn_cost_records():
     # a record with arms: the default arm's steps (13.68 s / 2.21 s), not the as_needed arm's (12.91 s / 2.12 s)
     third = gpu[("h100_2026-11-26-third-pass", 10, "prefix_shared")]
     assert third["device"] == "H100" and third["seconds_ratio"] == pytest.approx(13.68 / 2.21, rel=2e-3)
+    # the fourth pass (a checkpointed layer keeps its attention): 12.495 s / 2.094 s, its default arm
+    kept = gpu[("h100_2026-11-27-keep-attention", 10, "prefix_shared")]
+    assert kept["seconds_ratio"] == pytest.approx(12.4951 / 2.0941, rel=1e-3)
     # the recorded step at T = 10, first context 5,833: tokens exact, seconds measured (paper_repro/step_cost)
     shared, packed = rows[(10, 5833, "prefix_shared")], rows[(10, 5833, "packed")]
     assert shared["tokens_ratio"] == pytest.approx(286_017 / 96_720) and packed["tokens_ratio"] == pytest.approx(775_968 / 219_192)
