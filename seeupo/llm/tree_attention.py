@@ -363,8 +363,11 @@ def enable_tree_attention(model: torch.nn.Module) -> str | None:
     the model (its configuration names the tree function; a reason in ``_seeupo_no_tree``), so a
     copy of the model keeps it too.
     """
+    from seeupo.llm.models import keeps_every_key
+
     config = getattr(model, "config", None)
-    if str(getattr(config, "_attn_implementation", None)).startswith(_PREFIX):
+    # a copy of an enabled model whose layers were changed since is checked again
+    if str(getattr(config, "_attn_implementation", None)).startswith(_PREFIX) and keeps_every_key(config):
         return None
     reason = getattr(model, "_seeupo_no_tree", None)
     if reason is None:

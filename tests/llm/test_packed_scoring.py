@@ -276,6 +276,11 @@ def test_prefix_shared_falls_back_where_it_cannot_run(exact64):
     sliding.config.sliding_window = 4
     assert "not all its layers are full attention" in enable_tree_attention(sliding)
     assert enable_tree_attention(model) is None
+    # the same from a copy of a model that was already enabled (the answer kept on the model)
+    enabled_then_sliding = copy.deepcopy(model)
+    enabled_then_sliding.config.layer_types = ["sliding_attention"] * len(model.config.layer_types)
+    enabled_then_sliding.config.sliding_window = 4
+    assert "not all its layers are full attention" in enable_tree_attention(enabled_then_sliding)
     with pytest.warns(UserWarning, match="falls back to 'packed'.*not all its layers are full attention"):
         assert effective_scoring(sliding, "prefix_shared") == "packed"
     assert effective_scoring(sliding, "per_row") == "per_row"
