@@ -2,9 +2,10 @@
 # The GPU benchmarks of issue 24 in one call (`make benchmark-gpu`), each part under its own time limit
 # and each result appended to a file under OUT_DIR as it finishes, so that a run cut short still reports:
 #   1. gpu_step.py: one training step per (turns, preset, layout) at the BFCL shape (seconds, peak, MFU);
-#   2. generation_gpu.py: HF engine decoding at batch 32, dynamic cache against the static one;
-#   3. logprob_memory.py: peak memory of the log-prob paths at Qwen3's vocabulary;
-#   4. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger);
+#   2. flex_options.py: the tree attention kernel alone, flex's kernel options and torch's dense kernels;
+#   3. generation_gpu.py: HF engine decoding at batch 32, dynamic cache against the static one;
+#   4. logprob_memory.py: peak memory of the log-prob paths at Qwen3's vocabulary;
+#   5. the tests that need CUDA (flex against the segment kernel, the static cache's CUDA graph, liger);
 # on the CPU also layer_kernels.py (the decoder layers' fused kernels against transformers' own).
 # SHAPE=tiny DEVICE=cpu is the CPU dry run of the same scripts at small sizes (CI runs it).
 # ARMS (gpu_step.py --arms: levers against the defaults in one run), PLAN (--plan) and PROFILE=1
@@ -28,6 +29,12 @@ fi
 if [ -n "${PROFILE:-}" ]; then STEP+=(--profile); fi
 status=0
 timeout 380 "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
+if [ "$DEVICE" = cpu ]; then
+  FLEX=(--context 100 --turns 1 --group 2 --heads 4 --kv-heads 2 --head-dim 16 --repeats 1)
+else
+  FLEX=()
+fi
+timeout 150 "$PY" benchmarks/flex_options.py --device "$DEVICE" --out "$OUT/flex_options.jsonl" "${FLEX[@]}" || status=1
 timeout 90 "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1
 timeout 45 "$PY" benchmarks/logprob_memory.py --device "$DEVICE" --out "$OUT/logprob_memory.jsonl" "${LOGPROB[@]}" || status=1
 # on a GPU layer_kernels.py runs by itself (about 2 minutes more than this call's 8-minute budget allows)

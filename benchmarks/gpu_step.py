@@ -67,8 +67,10 @@ sys.path.insert(0, str(HERE))
 #     as_needed plan for; default 0.85);
 #   recompute_attention: a checkpointed layer recomputes its attention kernel too instead of
 #     keeping its inputs and output (``enable_activation_checkpointing(keep_attention=False)``, the
-#     default before it kept them).
-LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F", "recompute_attention")
+#     default before it kept them);
+#   flex=NAME: flex attention called with the kernel options NAME of ``flex_options.OPTION_SETS``
+#     (``benchmarks/flex_options.py`` measures the kernel alone with each).
+LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F", "recompute_attention", "flex=NAME")
 
 
 def parse_arm(arm: str) -> tuple[set[str], float | None]:
@@ -84,6 +86,12 @@ def parse_arm(arm: str) -> tuple[set[str], float | None]:
                 share = math.nan
             if not 0 < share <= 1:  # NaN too
                 raise ValueError(f"{lever!r}: the share must be a number in (0, 1]")
+        elif lever.startswith("flex="):
+            from flex_options import OPTION_SETS
+
+            if lever[len("flex="):] not in OPTION_SETS:
+                raise ValueError(f"{lever!r}: flex takes one of {', '.join(OPTION_SETS)}")
+            levers.add(lever)
         elif lever in LEVERS:
             levers.add(lever)
         else:
@@ -225,6 +233,13 @@ def pulled(levers: set[str], model: torch.nn.Module):
         policy_module.default_kernel = lambda device: "segments"
     if "autotune" in levers:
         tree_module._compiled_flex = _autotuned_flex
+    flex_options = [lever[len("flex="):] for lever in levers if lever.startswith("flex=")]
+    if flex_options:
+        from flex_options import OPTION_SETS
+
+        flex = tree_module._compiled_flex()
+        options = OPTION_SETS[flex_options[0]]
+        tree_module._compiled_flex = lambda: functools.partial(flex, kernel_options=dict(options) or None)
     try:
         yield
     finally:

@@ -120,6 +120,7 @@ def test_gpu_step_arms_name_levers_and_a_memory_share():
     spec.loader.exec_module(gpu_step)
     assert gpu_step.parse_arm("default") == (set(), None)
     assert gpu_step.parse_arm("as_needed+share=0.5+segments") == ({"as_needed", "segments"}, 0.5)
-    for bad in ("share=0", "share=1.5", "share=half", "as_needed+fast"):
+    assert gpu_step.parse_arm("flex=rows_safe+recompute_attention") == ({"flex=rows_safe", "recompute_attention"}, None)
+    for bad in ("share=0", "share=1.5", "share=half", "as_needed+fast", "flex=fastest"):
         with pytest.raises(ValueError):
             gpu_step.parse_arm(bad)

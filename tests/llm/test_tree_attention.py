@@ -11,6 +11,7 @@ checkpointing, the reference, the critic, core updates, agent-loop batches) is i
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -276,3 +277,25 @@ def test_every_family_takes_the_rule_through_a_prepared_mask(family):
     for i, n in enumerate(lengths.tolist()):
         alone = model(input_ids=ids[i : i + 1, :n], use_cache=False).logits[0]
         torch.testing.assert_close(out[packed.index[i, :n]], alone, rtol=0, atol=1e-12)
+
+
+def test_the_flex_options_benchmark_runs_its_cpu_dry_run_and_counts_the_trees_pairs(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import flex_options
+
+    out = tmp_path / "flex.jsonl"
+    argv = ["--device", "cpu", "--context", "20", "--turns", "1", "--group", "2", "--heads", "2", "--kv-heads", "1",
+            "--head-dim", "8", "--repeats", "1", "--out", str(out)]
+    assert flex_options.main(argv) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    setup, flex, done = records
+    rest = 350
+    # the prompt causally, each branch causally over itself and fully over the prompt
+    assert setup["pairs"] == 20 * 21 // 2 + 2 * (rest * 20 + rest * (rest + 1) // 2)
+    assert setup["tokens"] == 20 + 2 * rest and setup["length"] % 128 == 0
+    assert flex["options"] == "default" and flex["forward_s"] > 0 and done["failed"] == 0
+    assert flex_options.main(argv[:-2] + ["--options", "nope", "--out", str(out)]) == 2
+    assert "--options takes names of" in capsys.readouterr().err
