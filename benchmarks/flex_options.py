@@ -14,13 +14,15 @@ shape, so that a kernel option can be judged in seconds rather than a whole step
   ``--repeats``), TFLOP/s by the pairs the rule allows (4 x head_dim FLOPs per pair and head
   forward, 2.5 times that backward), and the largest difference of the output and of dq from the
   default set's (an option that changes the numbers beyond bf16 rounding shows here);
+* the cascade tree kernel (``seeupo.llm.tree_attention.cascade_attention``, torch's flash kernel
+  per part) on the same tree;
 * for scale, torch's dense causal attention (``scaled_dot_product_attention`` with ``is_causal``,
   flash and cuDNN backends where they run) on one sequence with as many allowed pairs.
 
 An option set that cannot compile or run on the device (shared memory, an unsupported key) is
 recorded with its error and the run goes on. Each result is appended to ``--out`` as it finishes.
-On the CPU (the dry run, ``--device cpu``) only the default set's forward runs, at a small shape:
-flex attention has no backward pass there.
+On the CPU (the dry run, ``--device cpu``) only the default set's forward and the cascade kernel
+run, at a small shape: flex attention has no backward pass there.
 
 Usage::
 
@@ -147,6 +149,38 @@ def measure_flex(name: str, options: dict, q, k, v, mask, pairs: int, args, devi
     return record
 
 
+def measure_cascade(q, k, v, mask, pairs: int, args, device, reference: dict | None) -> dict:
+    """The cascade tree kernel (``seeupo.llm.tree_attention.cascade_attention``: the branches against
+    their prefix in one call, each branch causally, merged by log-sum-exp) on the same tree."""
+    import torch
+
+    from seeupo.llm.tree_attention import TreeMask, tree_attention
+
+    n = mask.tokens
+    cascade = TreeMask(mask.segments[: len(mask.segments) - (mask.length > n)], mask.group[:n], mask.branch[:n], "cascade", n)
+    q, k, v = (t[:, :, :n].detach().requires_grad_() for t in (q, k, v))
+    grad_out = torch.randn_like(q)
+    fwd_flops, bwd_flops = flops(pairs, q.shape[1], q.shape[-1])
+    record: dict[str, Any] = {"event": "cascade"}
+    with torch.no_grad():
+        record["forward_s"] = timed(lambda: tree_attention(q, k, v, cascade, None), args.repeats, device)
+
+    def step():
+        out = tree_attention(q, k, v, cascade, None)
+        out.backward(grad_out)
+        return out
+
+    record["forward_backward_s"] = timed(step, args.repeats, device)
+    record["backward_s"] = record["forward_backward_s"] - record["forward_s"]
+    record["forward_tflops"] = fwd_flops / record["forward_s"] / 1e12
+    record["backward_tflops"] = bwd_flops / record["backward_s"] / 1e12 if record["backward_s"] > 0 else None
+    if reference is not None:
+        q.grad = None
+        out = step()
+        record["max_abs_diff_out"] = float((out.float() - reference["out"][:, :, :n].float()).abs().max())
+    return record
+
+
 def measure_dense(backend_name: str, pairs: int, args, device) -> dict:
     """torch's dense causal attention on one sequence with about ``pairs`` allowed pairs."""
     import math
@@ -234,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         emit(record)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    try:
+        emit(measure_cascade(q, k, v, mask, pairs, args, device, reference))
+    except Exception as error:
+        emit({"event": "cascade", "error": f"{type(error).__name__}: {str(error)[:300]}"})
     if device.type == "cuda":
         for backend in ("flash", "cudnn"):
             try:

@@ -68,9 +68,11 @@ sys.path.insert(0, str(HERE))
 #   recompute_attention: a checkpointed layer recomputes its attention kernel too instead of
 #     keeping its inputs and output (``enable_activation_checkpointing(keep_attention=False)``, the
 #     default before it kept them);
+#   cascade: the cascade tree kernel (per group: the branches against their prefix in one call,
+#     each branch causally, merged by log-sum-exp; torch's flash kernel on CUDA) instead of flex;
 #   flex=NAME: flex attention called with the kernel options NAME of ``flex_options.OPTION_SETS``
 #     (``benchmarks/flex_options.py`` measures the kernel alone with each).
-LEVERS = ("previous", "as_needed", "segments", "autotune", "share=F", "recompute_attention", "flex=NAME")
+LEVERS = ("previous", "as_needed", "segments", "cascade", "autotune", "share=F", "recompute_attention", "flex=NAME")
 
 
 def parse_arm(arm: str) -> tuple[set[str], float | None]:
@@ -229,8 +231,9 @@ def pulled(levers: set[str], model: torch.nn.Module):
     if "as_needed" in levers:  # every step's copy of the model (and a critic's backbone) inherits it
         object.__setattr__(model, AS_NEEDED, True)
         object.__setattr__(model.base_model, AS_NEEDED, True)
-    if "segments" in levers:
-        policy_module.default_kernel = lambda device: "segments"
+    if "segments" in levers or "cascade" in levers:
+        chosen = "cascade" if "cascade" in levers else "segments"
+        policy_module.default_kernel = lambda device: chosen
     if "autotune" in levers:
         tree_module._compiled_flex = _autotuned_flex
     flex_options = [lever[len("flex="):] for lever in levers if lever.startswith("flex=")]

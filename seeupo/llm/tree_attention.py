@@ -29,7 +29,7 @@ computes the tree rule for a :class:`TreeMask` and calls the model's own attenti
 sets the model's configuration to it. It checks the model honours the rule with a
 3-token probe before it is used, and reports why not otherwise (the caller then pads rows).
 
-Two kernels compute the rule:
+Three kernels compute the rule:
 
 * ``flex``: one ``torch.nn.attention.flex_attention`` call (compiled, with a ``BlockMask`` built by
   ``create_block_mask``: only the blocks the rule allows are computed, no ``[N, N]`` mask exists).
@@ -41,6 +41,14 @@ Two kernels compute the rule:
   on CUDA in bf16/fp16, memory-efficient attention in float32 there, and a materialised
   ``[rest, prefix + rest]`` mask elsewhere). Any device, any dtype,
   float64 included: the reference the flex kernel is tested against, and the CPU's kernel.
+
+* ``cascade``: per group, the prefix causally, then all its branches' queries against the prefix
+  in one call and each branch causally over itself, the two parts merged by their log-sum-exps
+  (:func:`cascade_attention`; the backward pass runs each part's kernel backward with the merged
+  output and log-sum-exp, flash attention's split-key rule). torch's flash kernel on CUDA, its CPU
+  counterpart elsewhere; no copy of the prefix per branch. Any device; exact against
+  ``segments`` in float64 (tested). Not chosen by :func:`default_kernel` until a GPU measurement
+  shows it faster than flex (``benchmarks/flex_options.py``, ``gpu_step.py --arms cascade``).
 
 Where there is no tree (a pass of one row with no prefix) the segment kernel is plain causal sdpa.
 """
@@ -58,8 +66,8 @@ from seeupo.llm.memory import checkpointed_attention
 
 Tensor = torch.Tensor
 
-TreeKernel = Literal["flex", "segments"]
-TREE_KERNELS: tuple[TreeKernel, ...] = ("flex", "segments")
+TreeKernel = Literal["flex", "segments", "cascade"]
+TREE_KERNELS: tuple[TreeKernel, ...] = ("flex", "segments", "cascade")
 
 # flex attention computes in blocks of this many queries and keys; a packed row is padded to a
 # multiple of it on the flex kernel so that the compiled kernel sees few distinct shapes
@@ -293,10 +301,116 @@ def flex_tree_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMas
                             enable_gqa=query.shape[1] != key.shape[1])
 
 
+# --- the cascade kernel: a group's prefix attended once for all its branches -------------------
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, tuple]:
+    """``(out, lse, extras)`` of softmax attention: ``lse`` the float32 (or wider) natural
+    log-sum-exp of each query's scores ``[B, H, Lq]``; ``extras`` what the kernel's backward pass
+    takes besides (sequence bookkeeping and random state on CUDA). torch's flash kernel on CUDA,
+    its CPU counterpart elsewhere; causal aligned to the top left (queries and keys of equal length
+    here). No autograd."""
+    if q.is_cuda:
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, causal, False, scale=scale)
+        return out, lse, (cum_q, cum_k, max_q, max_k, seed, offset)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    return out, lse, ()
+
+
+def _attend_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extras: tuple,
+                     causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of :func:`_attend` given the output ``out`` and log-sum-exp ``lse`` of the
+    *whole* attention ``q`` takes part in: with them the kernel's backward pass gives the exact
+    share of ``k``/``v``'s part (``P = exp(S - lse)``, ``D = rowsum(grad * out)``), so the parts'
+    ``dq`` sum to the whole's (flash attention's split-key backward)."""
+    if q.is_cuda:
+        cum_q, cum_k, max_q, max_k, seed, offset = extras
+        return torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, 0.0, causal, seed, offset, scale=scale)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse, 0.0, causal,
+                                                                               scale=scale)
+
+
+class _PrefixAndBranches(torch.autograd.Function):
+    """The queries of a group's branches (``[B, H, R, D]``, the branches one after another, of
+    ``lengths``) attend to the group's prefix (``k_prefix``, ``v_prefix``: every branch query sees
+    all of it) and causally to their own branch (``k_rest``, ``v_rest``, aligned with the queries):
+    two kernel calls per group instead of one per branch over a copied ``[prefix; branch]``,
+    merged by their log-sum-exps; the backward pass runs each part's kernel backward with the
+    merged output and log-sum-exp (:func:`_attend_backward`)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k_prefix: Tensor, v_prefix: Tensor, k_rest: Tensor, v_rest: Tensor,
+                lengths: list[int], scale: float) -> Tensor:
+        on_prefix, lse_prefix, prefix_extras = _attend(q, k_prefix, v_prefix, False, scale)
+        spans = _spans(lengths)
+        parts = [_attend(q[:, :, lo:hi], k_rest[:, :, lo:hi], v_rest[:, :, lo:hi], True, scale) for lo, hi in spans]
+        on_branch = torch.cat([part[0] for part in parts], dim=2)
+        lse_branch = torch.cat([part[1] for part in parts], dim=2)
+        lse = torch.logaddexp(lse_prefix, lse_branch)
+        # each part's softmax is over its own keys: weigh it by its share of the whole's mass
+        out = (on_prefix.to(lse.dtype) * torch.exp(lse_prefix - lse)[..., None]
+               + on_branch.to(lse.dtype) * torch.exp(lse_branch - lse)[..., None]).to(q.dtype)
+        ctx.save_for_backward(q, k_prefix, v_prefix, k_rest, v_rest, out, lse)
+        ctx.spans, ctx.scale = spans, scale
+        ctx.extras = [prefix_extras] + [part[2] for part in parts]
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        q, k_prefix, v_prefix, k_rest, v_rest, out, lse = ctx.saved_tensors
+        grad = grad.contiguous()
+        dq, dk_prefix, dv_prefix = _attend_backward(grad, q, k_prefix, v_prefix, out, lse, ctx.extras[0], False, ctx.scale)
+        parts = [_attend_backward(*(t[:, :, lo:hi].contiguous() for t in (grad, q, k_rest, v_rest, out, lse)), extras, True,
+                                  ctx.scale)
+                 for (lo, hi), extras in zip(ctx.spans, ctx.extras[1:])]
+        dq = dq + torch.cat([p[0] for p in parts], dim=2)
+        return (dq, dk_prefix, dv_prefix, torch.cat([p[1] for p in parts], dim=2), torch.cat([p[2] for p in parts], dim=2),
+                None, None)
+
+
+def _spans(lengths: list[int]) -> list[tuple[int, int]]:
+    ends = [sum(lengths[: i + 1]) for i in range(len(lengths))]
+    return [(end - n, end) for n, end in zip(lengths, ends)]
+
+
+def cascade_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:
+    """The rule of ``mask`` with each group's prefix attended once for all its branches: per group,
+    the prefix causally, then the branches against the prefix (one call) and each branch causally
+    (:class:`_PrefixAndBranches`); a segment with no prefix causally by itself. ``[1, H, N, D]``
+    like ``query``; the same numbers as :func:`segment_attention` up to summation order (tested)."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    if query.shape[1] != key.shape[1]:  # the kernels take as many key-value heads as query heads
+        key, value = (t.repeat_interleave(query.shape[1] // t.shape[1], dim=1) for t in (key, value))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    outs, i, segments = [], 0, mask.segments
+    while i < len(segments):
+        s = segments[i]
+        j = i + 1
+        if s.prefix_len == 0:
+            # a group's prefix (its branches follow it) or a row of its own
+            outs.append(sdpa(query[:, :, s.start:s.end], key[:, :, s.start:s.end], value[:, :, s.start:s.end],
+                             is_causal=True, scale=scale))
+            i = j
+            continue
+        while j < len(segments) and segments[j].prefix_start == s.prefix_start and segments[j].prefix_len == s.prefix_len:
+            j += 1
+        lo, hi, start, end = s.prefix_start, s.prefix_start + s.prefix_len, s.start, segments[j - 1].end
+        outs.append(_PrefixAndBranches.apply(
+            query[:, :, start:end].contiguous(), key[:, :, lo:hi].contiguous(), value[:, :, lo:hi].contiguous(),
+            key[:, :, start:end].contiguous(), value[:, :, start:end].contiguous(),
+            [t.end - t.start for t in segments[i:j]], scale))
+        i = j
+    return torch.cat(outs, dim=2)
+
+
 def tree_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:
     """``[1, H, N, D]``: attention of the packed row under ``mask``'s rule, by its kernel."""
     if mask.kernel == "flex":
         return flex_tree_attention(query, key, value, mask, scale)
+    if mask.kernel == "cascade":
+        return cascade_attention(query, key, value, mask, scale)
     return segment_attention(query, key, value, mask, scale)
 
 

@@ -192,6 +192,51 @@ def test_a_row_over_a_memory_budget_is_refused_before_any_pass(exact64, lm_batch
     assert policy.token_logps(batch).shape == (2, 6)
 
 
+@pytest.mark.parametrize("heads,kv", [(4, 4), (4, 2)])
+def test_cascade_kernel_equals_segment_kernel_in_float64(heads, kv):
+    # group 0: three branches under a 12-token prompt; row 3 alone (no prefix); group 2: one branch
+    lengths, prefix, prefix_row = [30, 15, 17, 9, 12], [12, 12, 12, 0, 5], [0, 0, 0, 1, 2]
+    ids = _rows(lengths, prefix, prefix_row)
+    args = (ids, torch.tensor(lengths), torch.tensor(prefix), torch.tensor(prefix_row))
+    segments, cascade = pack_tree(*args, "segments").mask, pack_tree(*args, "cascade").mask
+    g = torch.Generator().manual_seed(1)
+    n = segments.length
+    q, k, v = (torch.randn(1, h, n, 8, generator=g, dtype=torch.float64).requires_grad_() for h in (heads, kv, kv))
+    want, got = tree_attention(q, k, v, segments, 0.3), tree_attention(q, k, v, cascade, 0.3)
+    assert (got - want).abs().max() < 1e-12
+    w = torch.randn(want.shape, generator=g, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), (q, k, v)), torch.autograd.grad((want * w).sum(), (q, k, v))):
+        assert (a - b).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("checkpointing", [None, "keep", "as_needed"])
+def test_a_policy_on_the_cascade_kernel_equals_the_segment_kernel(tiny64, lm_batch, monkeypatch, checkpointing):
+    import seeupo.llm.policy as policy_module
+    from seeupo.llm.distributed import enable_activation_checkpointing
+
+    model, _ = tiny64
+    lengths = [40, 55, 33, 47]
+    ids = _rows(lengths, [20, 20, 20, 20], [0, 0, 0, 0], vocab=model.config.vocab_size)
+    batch = lm_batch([ids[i, :25].tolist() for i in range(4)], [ids[i, 25:n].tolist() for i, n in enumerate(lengths)])
+    weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    logps, grads = {}, {}
+    for kernel in ("segments", "cascade"):
+        monkeypatch.setattr(policy_module, "default_kernel", lambda device, kernel=kernel: kernel)
+        copied = copy.deepcopy(model)
+        if checkpointing is not None:
+            enable_activation_checkpointing(copied, as_needed=checkpointing == "as_needed")
+        policy = CausalLMPolicy(copied, scoring="prefix_shared")
+        if checkpointing == "as_needed":  # a budget under which some layers are recomputed, some kept
+            policy._budget._value, policy._budget._known = 200, True
+        logps[kernel] = policy.token_logps(batch)
+        (logps[kernel] * weights).sum().backward()
+        grads[kernel] = [p.grad for p in copied.parameters()]
+    assert (logps["cascade"] - logps["segments"]).abs().max() < 1e-12
+    assert max(float((a - b).abs().max()) for a, b in zip(grads["cascade"], grads["segments"])) < 1e-12
+    per_row = CausalLMPolicy(copy.deepcopy(model), scoring="per_row").token_logps(batch)
+    assert (logps["cascade"] - per_row).abs().max() < 1e-12
+
+
 @pytest.mark.skipif(not CUDA, reason="flex attention has a backward pass on CUDA only (torch: 'FlexAttention does not "
                                      "support backward on CPU'); this check runs where a GPU is lent")
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 2e-2)])
@@ -291,7 +336,8 @@ def test_the_flex_options_benchmark_runs_its_cpu_dry_run_and_counts_the_trees_pa
             "--head-dim", "8", "--repeats", "1", "--out", str(out)]
     assert flex_options.main(argv) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    setup, flex, done = records
+    setup, flex, cascade, done = records
+    assert cascade["event"] == "cascade" and cascade["forward_backward_s"] > 0 and "error" not in cascade
     rest = 350
     # the prompt causally, each branch causally over itself and fully over the prompt
     assert setup["pairs"] == 20 * 21 // 2 + 2 * (rest * 20 + rest * (rest + 1) // 2)
