@@ -28,7 +28,7 @@ and gradients again, up to summation order.
 Tree attention (:mod:`seeupo.llm.tree_attention`): under ``"packed"`` and ``"prefix_shared"`` a
 pass's forwarded rows are laid out as one packed row without padding (each group's prefix once,
 then each carrier's rest), forwarded by one model call whose attention lets a token see its own
-row's earlier tokens only (flex attention on CUDA, one sdpa call per segment elsewhere). A model
+row's earlier tokens only (flex attention on CUDA, the cascade kernel elsewhere). A model
 it cannot run on (no transformers attention interface, sliding-window layers) forwards right-padded
 rows under ``"packed"``, and ``"prefix_shared"`` falls back to that with a warning.
 

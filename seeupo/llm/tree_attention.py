@@ -40,15 +40,15 @@ Three kernels compute the rule:
   to the lower right: ``torch.nn.attention.bias.causal_lower_right``, which runs flash attention
   on CUDA in bf16/fp16, memory-efficient attention in float32 there, and a materialised
   ``[rest, prefix + rest]`` mask elsewhere). Any device, any dtype,
-  float64 included: the reference the flex kernel is tested against, and the CPU's kernel.
-
+  float64 included: the reference the other kernels are tested against.
 * ``cascade``: per group, the prefix causally, then all its branches' queries against the prefix
   in one call and each branch causally over itself, the two parts merged by their log-sum-exps
   (:func:`cascade_attention`; the backward pass runs each part's kernel backward with the merged
   output and log-sum-exp, flash attention's split-key rule). torch's flash kernel on CUDA, its CPU
   counterpart elsewhere; no copy of the prefix per branch. Any device; exact against
-  ``segments`` in float64 (tested). Not chosen by :func:`default_kernel` until a GPU measurement
-  shows it faster than flex (``benchmarks/flex_options.py``, ``gpu_step.py --arms cascade``).
+  ``segments`` in float64 (tested). The CPU's kernel (14-17% faster steps than ``segments`` at a
+  tiny-model shape); on CUDA not chosen until a GPU measurement shows it faster than flex
+  (``benchmarks/flex_options.py``, ``gpu_step.py --arms cascade``).
 
 Where there is no tree (a pass of one row with no prefix) the segment kernel is plain causal sdpa.
 """
@@ -415,9 +415,10 @@ def tree_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, sc
 
 
 def default_kernel(device: torch.device) -> TreeKernel:
-    """``"flex"`` on CUDA (where flex attention has a backward pass), ``"segments"`` elsewhere."""
+    """``"flex"`` on CUDA (where flex attention has a backward pass), ``"cascade"`` elsewhere (on
+    the CPU 14-17% faster steps than ``"segments"`` at a tiny-model shape: benchmarks/RESULTS.md)."""
     if device.type != "cuda":
-        return "segments"
+        return "cascade"
     try:
         from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
     except ImportError:
