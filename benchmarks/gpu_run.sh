@@ -43,8 +43,9 @@ if [ "$DEVICE" = cpu ]; then
     --out "$OUT/layer_kernels.jsonl" || status=1
 fi
 if [ "$DEVICE" = cuda ]; then
-  timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
+  timeout 120 "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
     tests/llm/test_logprobs.py tests/llm/test_kernels.py tests/llm/test_trainer.py::test_adamw_is_fused_on_cuda_and_steps_as_the_reference \
-    -k "cuda or liger" 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+    -k "cuda or liger" --tb=short > "$OUT/gpu_tests.txt" 2>&1 || status=1  # the whole output: a traceback comes back
+  tail -20 "$OUT/gpu_tests.txt"
 fi
 exit $status
