@@ -98,6 +98,8 @@ def parse_arm(arm: str) -> tuple[set[str], float | None]:
             levers.add(lever)
         else:
             raise ValueError(f"unknown lever {lever!r}")
+    if {"segments", "cascade"} <= levers:
+        raise ValueError("segments and cascade each choose the tree kernel: pull one")
     return levers, share
 
 DEFAULT_PLAN = ("10:grpo:packed,10:grpo:prefix_shared,10:seeupo:prefix_shared,10:seeupo:packed,"

@@ -56,6 +56,7 @@ Where there is no tree (a pass of one row with no prefix) the segment kernel is 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -371,8 +372,7 @@ class _PrefixAndBranches(torch.autograd.Function):
 
 
 def _spans(lengths: list[int]) -> list[tuple[int, int]]:
-    ends = [sum(lengths[: i + 1]) for i in range(len(lengths))]
-    return [(end - n, end) for n, end in zip(lengths, ends)]
+    return [(end - n, end) for n, end in zip(lengths, itertools.accumulate(lengths))]
 
 
 def cascade_attention(query: Tensor, key: Tensor, value: Tensor, mask: TreeMask, scale: float | None) -> Tensor:

@@ -106,6 +106,23 @@ def _sample_prompts_fixture():
     return sample_prompts
 
 
+@pytest.fixture
+def attention_calls(monkeypatch) -> list[int]:
+    """``[n]``: how often the tree attention kernel ran since the test last set ``n`` (every
+    layer's attention call of a packed pass goes through it)."""
+    from seeupo.llm import tree_attention
+
+    calls = [0]
+    kernel = tree_attention.tree_attention
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(tree_attention, "tree_attention", counted)
+    return calls
+
+
 @pytest.fixture(name="score_completions")
 def _score_completions_fixture():
     """The :func:`score_completions` helper, as a fixture."""

@@ -133,23 +133,8 @@ def test_as_needed_recomputes_the_layers_memory_requires_with_the_same_gradient(
         assert counts == [passes] * 4
 
 
-def _counting_attention(monkeypatch):
-    """How often the tree attention kernel runs (every layer's call goes through it)."""
-    from seeupo.llm import tree_attention
-
-    calls = [0]
-    kernel = tree_attention.tree_attention
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return kernel(*args, **kwargs)
-
-    monkeypatch.setattr(tree_attention, "tree_attention", counted)
-    return calls
-
-
 @pytest.mark.parametrize("as_needed", [False, True])
-def test_a_checkpointed_layer_replays_its_attention_with_the_full_recomputations_gradient(monkeypatch, as_needed):
+def test_a_checkpointed_layer_replays_its_attention_with_the_full_recomputations_gradient(attention_calls, as_needed):
     batch = scoring_batch([[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]], 0)
     grads, counts = {}, {}
     for keep in (None, False, True):  # None: no checkpointing
@@ -160,10 +145,11 @@ def test_a_checkpointed_layer_replays_its_attention_with_the_full_recomputations
         budget = 14 if keep else 16  # the 11 tokens recompute 3 of the 4 layers either way (kept attention counted)
         if as_needed:
             policy._budget._value, policy._budget._known = budget, True
-        layers, attention = _counting(model), _counting_attention(monkeypatch)
+        layers = _counting(model)
+        attention_calls[0] = 0
         policy.token_logps(batch).sum().backward()
         grads[keep] = [p.grad for p in model.parameters()]
-        counts[keep] = (layers, attention[0])
+        counts[keep] = (layers, attention_calls[0])
     for keep in (False, True):
         recomputed = recomputed_layers(model.config, torch.float64, 11, 14 if keep else 16, keep) if as_needed else 4
         assert recomputed == (3 if as_needed else 4)

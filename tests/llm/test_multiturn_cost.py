@@ -121,6 +121,6 @@ def test_gpu_step_arms_name_levers_and_a_memory_share():
     assert gpu_step.parse_arm("default") == (set(), None)
     assert gpu_step.parse_arm("as_needed+share=0.5+segments") == ({"as_needed", "segments"}, 0.5)
     assert gpu_step.parse_arm("flex=rows_safe+recompute_attention") == ({"flex=rows_safe", "recompute_attention"}, None)
-    for bad in ("share=0", "share=1.5", "share=half", "as_needed+fast", "flex=fastest"):
+    for bad in ("share=0", "share=1.5", "share=half", "as_needed+fast", "flex=fastest", "segments+cascade"):
         with pytest.raises(ValueError):
             gpu_step.parse_arm(bad)

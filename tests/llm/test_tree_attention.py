@@ -272,8 +272,7 @@ def test_policy_on_cuda_equals_per_row(tiny32, lm_batch):
 
 @pytest.mark.skipif(not CUDA, reason="the flex kernel runs on CUDA only; this check runs where a GPU is lent")
 def test_checkpointing_that_keeps_flex_attention_gives_the_full_recomputations_gradients_on_cuda(tiny32, lm_batch,
-                                                                                               monkeypatch):
-    from seeupo.llm import tree_attention as module
+                                                                                               attention_calls):
     from seeupo.llm.distributed import enable_activation_checkpointing
 
     model, _ = tiny32
@@ -281,8 +280,6 @@ def test_checkpointing_that_keeps_flex_attention_gives_the_full_recomputations_g
     ids = _rows(lengths, [20, 20, 20, 20], [0, 0, 0, 0], vocab=model.config.vocab_size)
     batch = lm_batch([ids[i, :25].tolist() for i in range(4)], [ids[i, 25:n].tolist() for i, n in enumerate(lengths)],
                      dtype=torch.float32)
-    calls, kernel = [0], module.tree_attention
-    monkeypatch.setattr(module, "tree_attention", lambda *a, **k: (calls.__setitem__(0, calls[0] + 1), kernel(*a, **k))[1])
     grads, counts = {}, {}
     for keep in (False, True):
         copy_ = copy.deepcopy(model).cuda()
@@ -290,9 +287,9 @@ def test_checkpointing_that_keeps_flex_attention_gives_the_full_recomputations_g
         policy = CausalLMPolicy(copy_, scoring="prefix_shared")
         with torch.no_grad():  # the first pass probes the model with 3 tokens, which calls attention too
             policy.token_logps(batch)
-        calls[0] = 0
+        attention_calls[0] = 0
         policy.token_logps(batch).sum().backward()
-        grads[keep], counts[keep] = [p.grad for p in copy_.parameters()], calls[0]
+        grads[keep], counts[keep] = [p.grad for p in copy_.parameters()], attention_calls[0]
     layers = model.config.num_hidden_layers
     assert (counts[False], counts[True]) == (2 * layers, layers)
     for a, b in zip(grads[True], grads[False]):
@@ -342,6 +339,9 @@ def test_the_flex_options_benchmark_runs_its_cpu_dry_run_and_counts_the_trees_pa
     # the prompt causally, each branch causally over itself and fully over the prompt
     assert setup["pairs"] == 20 * 21 // 2 + 2 * (rest * 20 + rest * (rest + 1) // 2)
     assert setup["tokens"] == 20 + 2 * rest and setup["length"] % 128 == 0
-    assert flex["options"] == "default" and flex["forward_s"] > 0 and done["failed"] == 0
+    assert flex["options"] == "default" and flex["forward_s"] > 0 and (done["failed"], done["errors"]) == (0, 0)
     assert flex_options.main(argv[:-2] + ["--options", "nope", "--out", str(out)]) == 2
     assert "--options takes names of" in capsys.readouterr().err
+    assert flex_options.main(argv[:-2] + ["--group", "0", "--out", str(out)]) == 2
+    assert "got --group 0" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == len(records)  # a refused run writes nothing
