@@ -1,6 +1,6 @@
 """Step time of the paper's setting, estimated on paper from measured figures (issue 11).
 
-The paper's setting (PAPER.md §4): Qwen3-14B, 32 tasks x 8 rollouts per step, at most 10 turns,
+The paper's setting (docs/method.md §4): Qwen3-14B, 32 tasks x 8 rollouts per step, at most 10 turns,
 8 GPUs; it reports SeeUPO's step at 1.2-1.9x GRPO's. The estimate splits a step into
 
 * ``gen``: sampling, ``generated tokens / (generation tokens/s per GPU x GPUs)``;

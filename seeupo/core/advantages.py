@@ -5,7 +5,7 @@ Every estimator returns a per-token advantage ``[n, L]`` aligned with
 of the row; placeholder rows get 0).
 
 GRAE, for a group of ``G`` trajectories from the same ``s0`` with returns ``R_j``
-(PAPER.md §2)::
+(docs/method.md §2)::
 
     mean centring   A_i = R_i - (1/G) sum_j R_j
     leave-one-out   A_i = R_i - 1/(G-1) sum_{j != i} R_j          (RLOO, Kool et al. 2019)

@@ -5,7 +5,7 @@ tensors of log-probabilities; it never sees a model or a problem.
 
 Identifiers are what make the algorithm robust to re-ordering: advantages and
 the sequential-update factor ``M`` are keyed by ``traj_id``, never by row
-position (PAPER.md §5, the reference code's misaligned ``M``).
+position (docs/method.md §5, the reference code's misaligned ``M``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class SampleBatch:
       token_mask: ``[n, L]`` bool, which token slots are real.
       valid: ``[n]`` bool; ``False`` marks a placeholder for a turn after the episode
         ended. Placeholders have no gradient, a ratio of 1, and are left out of every
-        mean (unlike the reference code, PAPER.md §5).
+        mean (unlike the reference code, docs/method.md §5).
       reward: ``[n]`` reward received at this turn.
       traj_return: ``[n]`` the trajectory's (discounted) total return, repeated on each row.
       weight: ``[n]`` row weight. 1 for sampled rows; in exact mode the probability of

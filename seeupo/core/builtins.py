@@ -29,7 +29,7 @@ def gae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, 
 
 
 def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
-    """Group-relative, critic-free (PAPER.md §2): ``group_size``, ``grae_center``, ``grae_scale``, ``grae_clamp``."""
+    """Group-relative, critic-free (docs/method.md §2): ``group_size``, ``grae_center``, ``grae_scale``, ``grae_clamp``."""
     from seeupo.core.advantages import grae as grae_impl
 
     return grae_impl(
@@ -105,7 +105,7 @@ def no_factor(factor: Any, ratio: Any, cfg: Any) -> Any:
 
 
 def happo(factor: Any, ratio: Any, cfg: Any) -> Any:
-    """HAPPO's ``F <- F * pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (Zhong et al. 2024; PAPER.md §4)."""
+    """HAPPO's ``F <- F * pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (Zhong et al. 2024; docs/method.md §4)."""
     return factor * ratio.to(factor.dtype)
 
 

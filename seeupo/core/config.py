@@ -55,7 +55,7 @@ class AlgorithmConfig:
     Advantage estimation
       advantage: a registered advantage estimator (:func:`seeupo.core.registry.register_adv_est`);
         built in: ``"oracle"`` (exact advantages supplied by the caller), ``"gae"`` (critic,
-        Schulman et al. 2016) or ``"grae"`` (group relative, critic-free; PAPER.md §2).
+        Schulman et al. 2016) or ``"grae"`` (group relative, critic-free; docs/method.md §2).
       gae_gamma, gae_lambda: GAE's discount and trace parameter.
       gae_token_level: GAE steps are tokens (PPO on LLMs) rather than turns.
       group_size: ``G``, rollouts per task for GRAE (any estimator that needs group statistics).
@@ -79,7 +79,7 @@ class AlgorithmConfig:
       aggregation: how token objectives become one number: a registered aggregation
         (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
       epochs, minibatches: passes over the batch and minibatches per pass (per turn, in a
-        sequential schedule). The reference code uses 1 and 1 (PAPER.md §5).
+        sequential schedule). The reference code uses 1 and 1 (docs/method.md §5).
 
     Schedule
       schedule: ``"simultaneous"`` (all turns in one update) or ``"sequential"`` (one turn at
@@ -94,7 +94,7 @@ class AlgorithmConfig:
       m_clip: the range of the ``"clipped"`` variant.
       m_length_norm: each factor of ``M`` is the geometric mean of the turn's token ratios
         (``exp(mean_j log rho_j)``, like GSPO's ratio) instead of the true sequence ratio
-        ``pi_new(a_t|h_t) / pi_old(a_t|h_t)``. The HAML identity (PAPER.md Eq. 4) needs the true
+        ``pi_new(a_t|h_t) / pi_old(a_t|h_t)``. The HAML identity (docs/method.md Eq. 4) needs the true
         ratio, and the tabular engine checks that one; but a product of hundreds of token ratios
         over- or underflows on language models, where the normalised factor stays near 1. With
         one-token actions the two coincide.
@@ -106,7 +106,7 @@ class AlgorithmConfig:
         one is the ratio HAML's identity asks for. Before each turn it makes a no-grad pass over
         the updated turns' rows, in place of the recorded factor's pass over the last one's.
       m_alignment: ``"trajectory"`` (``M`` keyed by trajectory id: correct) or ``"shuffled"``,
-        which reproduces the reference code's defect (PAPER.md §5): ``M`` is positional while
+        which reproduces the reference code's defect (docs/method.md §5): ``M`` is positional while
         each turn batch is re-ordered, so every trajectory receives the factor of a random
         other trajectory. For ablations only.
       equal_budget: a sequential update takes as many optimizer steps in total as the
@@ -228,7 +228,7 @@ PRESETS: dict[str, AlgorithmConfig] = {
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
     "rloo": AlgorithmConfig(name="rloo", preset="rloo", advantage="grae", grae_center="loo", update="reinforce"),
     # GRAE + batch z-score + per-turn sequence-level PPU, turns updated in reverse order with
-    # the HAPPO weight M keyed by trajectory (PAPER.md §4).
+    # the HAPPO weight M keyed by trajectory (docs/method.md §4).
     "seeupo": AlgorithmConfig(
         name="seeupo", preset="seeupo", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="sequence",
         ratio_scope="turn", length_norm=True, aggregation="seq_mean_token_mean", schedule="sequential",

@@ -3,7 +3,7 @@
 All functions take per-token tensors ``[n, L]`` aligned with a :class:`SampleBatch`
 and return objectives to **maximise** (the trainer negates the aggregate).
 
-Ratios (PAPER.md §2):
+Ratios (docs/method.md §2):
 
 * token level (PPO, GRPO): ``rho_j = pi(y_j | h, y_<j) / pi_old(y_j | h, y_<j)``;
 * sequence level (GSPO, Zheng et al. 2025): ``s = exp(mean_j log rho_j)`` when length

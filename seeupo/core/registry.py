@@ -33,7 +33,7 @@ Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.Sam
   update visits the turns, a permutation of ``0..num_turns-1``; random draws come from
   ``generator`` (a CPU ``torch.Generator`` or ``None``).
 * ``M`` factor: ``fn(factor, ratio, cfg) -> new factor``, how one turn's ratio enters the running
-  factor ``F[traj]`` of the sequential weights ``M_t = A * F[traj]`` (PAPER.md §4). ``factor`` is
+  factor ``F[traj]`` of the sequential weights ``M_t = A * F[traj]`` (docs/method.md §4). ``factor`` is
   ``[k]``, the current ``F`` of the ``k`` trajectories of the turn just updated (the advantages'
   dtype); ``ratio`` is ``[k]``, their ``pi_new(a_t|h_t) / pi_old(a_t|h_t)`` (the log-probabilities'
   dtype, 1 on placeholder rows); the result is their new ``F`` in ``factor``'s dtype. ``F`` starts

@@ -2,7 +2,7 @@
 
 This is the whole training step of every preset, for tabular policies and language
 models alike. Read :func:`policy_update`, then :func:`sequential_sweep`: the sequential
-(HAML) loop of PAPER.md §4, written as HARL's (Zhong et al. 2024)::
+(HAML) loop of docs/method.md §4, written as HARL's (Zhong et al. 2024)::
 
     for t in order:
         weights = A[turn t] * F[traj]            # M_t
@@ -402,7 +402,7 @@ def steps_per_turn(cfg: AlgorithmConfig, num_turns: int) -> tuple[int, int]:
 
 
 def misaligned_m_keys(batch: SampleBatch, generator: torch.Generator | None) -> Tensor:
-    """The reference code's positional ``M`` (PAPER.md §5), as keys: for ablations only.
+    """The reference code's positional ``M`` (docs/method.md §5), as keys: for ablations only.
 
     Row ``i`` reads the factor of another trajectory of the same instance and turn, chosen by
     a random permutation of the rows within each (instance, turn) segment.
@@ -506,7 +506,7 @@ def sequential_sweep(
     generator: torch.Generator | None = None,
     dp: DataParallel | None = None,
 ) -> tuple[list[int], Tensor]:
-    """The HAML loop of PAPER.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
+    """The HAML loop of docs/method.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
 
     For each turn ``t`` in ``cfg``'s order: the weights are ``M_t = A * F[traj]``;
     ``update_turn(rows_t, M_t)`` improves the turn-``t`` policy on the turn-``t`` rows; then ``F``

@@ -5,7 +5,7 @@ policy, algorithm settings) and the claim it bears on. ``seeupo search`` runs th
 what it finds under ``paper_repro/counterexamples/``; a search that finds nothing is a result
 too, recorded with its budget.
 
-The strategies vary what PAPER.md's leads single out: rewards (binary and not), stochastic
+The strategies vary what docs/method.md's leads single out: rewards (binary and not), stochastic
 outcomes, group size, clip range, step size and epochs, group-std normalisation, per-turn vs
 whole-trajectory ratios, shared vs independent parameters, exact vs sampled mode.
 """

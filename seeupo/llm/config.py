@@ -1,7 +1,7 @@
 """The run configuration of ``seeupo train``: one YAML file, every field documented and checked.
 
 A config file holds the sections below; every field is optional (the defaults are the paper's
-settings where it gives one, PAPER.md §4) and an unknown key is an error naming the allowed
+settings where it gives one, docs/method.md §4) and an unknown key is an error naming the allowed
 ones. ``--set section.field=value`` overrides a field from the command line (the value is
 read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
 
@@ -51,7 +51,7 @@ from seeupo.llm.logprobs import LogprobPath
 from seeupo.llm.memory import DEVICE_SHARE
 from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
 
-# the paper's algorithm settings (PAPER.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
+# the paper's algorithm settings (docs/method.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
 # to the built-in presets, which the paper compares under them. A preset registered by a plugin
 # (register_preset) keeps its own settings: they are part of the algorithm its author defined
 # (DAPO's clip-higher 0.28, say).
@@ -89,7 +89,7 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """Sampling (PAPER.md §4: 32 tasks x 8 rollouts, temperature 0.9, at most 10 turns).
+    """Sampling (docs/method.md §4: 32 tasks x 8 rollouts, temperature 0.9, at most 10 turns).
 
     tasks_per_step: tasks per training step; each is rolled out ``algorithm.group_size`` times.
     temperature, top_p: sampling; the ratios are taken against the sampling distribution.

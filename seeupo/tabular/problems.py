@@ -7,7 +7,7 @@ Every problem is a finite-horizon **tree MDP** over histories. A history at turn
 
 so turn ``t`` has ``N_t = S0 * prod_{k<t} A_k O_k`` histories and every per-turn table has
 shape ``[I, N_t, A_t, O_t]`` for ``I`` instances of the same shape. Because the history
-holds the turn index, the turn-``t`` policy is a separate "virtual agent" (PAPER.md §1).
+holds the turn index, the turn-``t`` policy is a separate "virtual agent" (docs/method.md §1).
 
 * The **sequential multi-agent bandit** of the paper is the special case with one
   observation per turn, the reward at the last turn only, and no early termination.

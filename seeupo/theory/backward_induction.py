@@ -1,6 +1,6 @@
 """Exact argmax sequential sweeps on a sequential bandit: reverse order is backward induction.
 
-Setting (PAPER.md §3 (D), §4; Theorem 2 of the paper as summarised there): a ``T``-turn
+Setting (docs/method.md §3 (D), §4; Theorem 2 of the paper as summarised there): a ``T``-turn
 sequential bandit with one initial state, rewards ``r(a_0, ..., a_{T-1})``, and the idealised
 HAML update with exact advantages, a positive sampling distribution and argmax mirror steps.
 When turn ``t`` is updated after the turns ``U`` (already at ``pi_new``), its HAML objective at

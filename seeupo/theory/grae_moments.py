@@ -1,6 +1,6 @@
 """Conditional moments of the GRAE signal, and when its conditional mean is affine in ``Q``.
 
-Setting (PAPER.md §2). A group of ``G`` trajectories is drawn from the same ``s0``; trajectory
+Setting (docs/method.md §2). A group of ``G`` trajectories is drawn from the same ``s0``; trajectory
 ``i`` has return ``R_i`` and its ``G - 1`` group-mates have i.i.d. returns ``R_j`` with mean
 ``mu`` and variance ``sigma^2`` (the return distribution of the policy from ``s0``). The GRAE
 signal of trajectory ``i`` (:func:`seeupo.core.advantages.grae_from_group_stats`) is::
@@ -22,7 +22,7 @@ multisets of group-mates, sympy ``Rational``/algebraic arithmetic).
 Affinity in ``Q``. In a multi-turn instance the signal of the turn-1 sample ``(s, a)`` is the
 signal of the whole trajectory, so ``E[signal | s, a] = sum_R P(R | s, a) f_s(R)`` with
 ``f_s`` as above (group-mates drawn from the policy at ``s``). If ``f_s`` is affine on the
-support, ``f_s(R) = c R + b``, then ``E[signal | s, a] = c Q(s, a) + b`` (PAPER.md, "Leads
+support, ``f_s(R) = c R + b``, then ``E[signal | s, a] = c Q(s, a) + b`` (docs/method.md, "Leads
 for the analysis"). Two consequences, both checked here:
 
 * **binary returns**: any function on a two-point support is affine, so every GRAE variant

@@ -1,6 +1,6 @@
 """Multi-agent advantage decomposition and the importance-ratio identity of the sequential update.
 
-Setting (PAPER.md §1, §4): a sequential bandit with turns ``t = 0..T-1`` as virtual agents,
+Setting (docs/method.md §1, §4): a sequential bandit with turns ``t = 0..T-1`` as virtual agents,
 ``pi^t(a_t | s0, a_{<t})``, common reward ``r(s0, a_{0:T-1})`` at the end. For a set ``S`` of
 agents with fixed actions ``a^S``, the others draw their actions from their own conditionals
 (given the full prefix, fixed or drawn)::
@@ -16,7 +16,7 @@ Q^{i_{1:m}} - Q^{i_{1:m-1}}`` and the sum telescopes::
 (:func:`multi_agent_advantages`). In the execution (forward) order ``Q^{0..t}(a_{0..t}) =
 Q_t(h_t, a_t)`` and ``A^t`` is the engine's per-turn advantage ``A_t(h_t, a_t)``.
 
-Importance-ratio identity (the HAPPO weight ``M`` of the sequential update, PAPER.md §4; the
+Importance-ratio identity (the HAPPO weight ``M`` of the sequential update, docs/method.md §4; the
 paper's Eq. 4). Because the joint policy factorises over turns,
 ``pi_old(a) prod_{m<=k} pi_new^{i_m}/pi_old^{i_m} = pi_mix_k(a)`` with ``pi_mix_k`` playing
 ``pi_new`` at ``i_{1:k}`` and ``pi_old`` elsewhere

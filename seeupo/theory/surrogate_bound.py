@@ -12,7 +12,7 @@ shown non-negative by sympy's sign assumptions on a positive parametrisation of 
 
 Consequence (:func:`derive_statewise_improvement`). Let the advantage *signal* ``X`` of a sample
 ``(s, a)`` be random with conditional mean ``E[X | s, a] = c(s) A(s, a) + b(s)``, ``c(s) > 0``
-(mean-centred GRAE: ``c = (1 - 1/G)``; PAPER.md "Leads for the analysis"). The per-state
+(mean-centred GRAE: ``c = (1 - 1/G)``; docs/method.md "Leads for the analysis"). The per-state
 surrogate from ``pi_old`` is ``L_s(pi) = E_{a ~ pi_old, X}[min(rho_a X, clip(rho_a) X)]`` with
 ``rho_a = pi(a|s) / pi_old(a|s)``. Since ``rho_a`` does not depend on ``X``, the lemma holds
 sample by sample, so::

@@ -32,7 +32,7 @@ def test_preset_contents_match_table_1():
     assert (rpp.grae_scale, rpp.update, rpp.ratio_level) == ("batch_std", "ppo", "token")
     assert (gspo.ratio_level, gspo.ratio_scope, gspo.length_norm, gspo.update) == ("sequence", "trajectory", True, "ppo")
     assert (rloo.grae_center, rloo.update) == ("loo", "reinforce")
-    # SeeUPO (PAPER.md §4): mean-centred GRAE + batch z-score (not the group std), per-turn length-normalised
+    # SeeUPO (docs/method.md §4): mean-centred GRAE + batch z-score (not the group std), per-turn length-normalised
     # sequence ratio, sequential reverse order, HAPPO weight
     assert (seeupo.advantage, seeupo.grae_center, seeupo.grae_scale) == ("grae", "mean", "batch_std")
     assert (seeupo.update, seeupo.ratio_level, seeupo.ratio_scope, seeupo.length_norm) == ("ppo", "sequence", "turn", True)

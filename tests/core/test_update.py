@@ -128,7 +128,7 @@ SEEUPO = preset("seeupo", group_size=G)
 
 
 # ---------------------------------------------------------------------------------------------
-# (1) the final factor M is keyed by trajectory, not by row position (PAPER.md §5)
+# (1) the final factor M is keyed by trajectory, not by row position (docs/method.md §5)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -178,7 +178,7 @@ def test_m_final_invariant_with_minibatches_when_ids_are_kept():
 
 
 def test_shuffled_m_alignment_is_detected():
-    # cfg.m_alignment="shuffled" reproduces the reference code's positional M (PAPER.md §5); the
+    # cfg.m_alignment="shuffled" reproduces the reference code's positional M (docs/method.md §5); the
     # invariance check above must catch it: the same data in another row order gives another update
     batch, logits = make_rollout(seed=0)
     cfg = SEEUPO.replace(m_alignment="shuffled")
@@ -843,7 +843,7 @@ def _naive_step(policy, optimizer, mb, weights, cfg, logp_ref):
 
 
 def _naive_update(policy, optimizer, batch, adv, cfg, generator, logp_ref):
-    """The update of PAPER.md §4 written out as one loop, with every ablation inline; returns ``F`` after all turns."""
+    """The update of docs/method.md §4 written out as one loop, with every ablation inline; returns ``F`` after all turns."""
     from seeupo.core.update import misaligned_m_keys, num_turns, turn_ratio
 
     if cfg.schedule == "simultaneous":

@@ -58,7 +58,7 @@ def test_claim_is_well_formed(claim):
 def test_claim_ids_are_unique_and_cover_the_paper():
     ids = [c.id for c in CLAIMS]
     assert len(ids) == len(set(ids))
-    assert {"A", "B", "C", "D"} <= set(ids)  # PAPER.md §3's claims
+    assert {"A", "B", "C", "D"} <= set(ids)  # docs/method.md §3's claims
     assert set(TABLE1_CLAIMS.values()) <= set(ids)  # every Table 1 cell with a claim has its registry entry
 
 

@@ -1,6 +1,6 @@
 """Properties of the update rules on random tabular problems (hypothesis; profile in conftest.py).
 
-What should hold, by the theory in PAPER.md and the toolkit's own derivations, in **exact
+What should hold, by the theory in docs/method.md and the toolkit's own derivations, in **exact
 mode with independent tabular parameters** (every path weighted by its probability, GRAE's
 group-mates by their exact distribution, one free softmax per history and token prefix):
 

@@ -20,7 +20,7 @@ ARGMAX = RunConfig(mode="exact", update="mirror", mirror_beta=0.0, iterations=1)
     [((3, 3), None, 2), ((2, 2, 2), None, 1), ((3, 2, 3), 5, 2), ((2, 3, 2), 3, 1)],
 )
 def test_reverse_argmax_mirror_reaches_optimum_in_one_iteration(actions, levels, num_s0):
-    """Theorem 2 (PAPER.md §3 D): reverse-order sequential argmax steps = backward induction."""
+    """Theorem 2 (docs/method.md §3 D): reverse-order sequential argmax steps = backward induction."""
     problem = random_sequential_bandit(
         6, actions, num_initial_states=num_s0, reward_levels=levels, generator=torch.Generator().manual_seed(len(actions) + num_s0)
     )
@@ -55,7 +55,7 @@ def test_forward_argmax_mirror_is_not_optimal_after_one_iteration():
 
 
 def test_forward_argmax_mirror_reaches_optimum_by_sweep_T():
-    """Forward order needs up to T sweeps (PAPER.md §3 leads).
+    """Forward order needs up to T sweeps (docs/method.md §3 leads).
 
     After the first argmax step the policy is deterministic; the exact mode still sees the
     other paths because set_action_probs keeps an infinitesimal (1e-300) probability on them,
@@ -84,7 +84,7 @@ def test_forward_argmax_mirror_reaches_optimum_by_sweep_T():
 )
 @pytest.mark.parametrize("optimizer, lr, init_scale", [("adam", 0.1, 0.0), ("adam", 0.5, 1.0), ("sgd", 1.0, 1.0)])
 def test_exact_seeupo_gradient_is_monotone(name, problem, optimizer, lr, init_scale):
-    """Exact-mode SeeUPO (HAML sequential PPO-clip steps) never decreases J (PAPER.md §3 D, Theorem 1)."""
+    """Exact-mode SeeUPO (HAML sequential PPO-clip steps) never decreases J (docs/method.md §3 D, Theorem 1)."""
     cfg = RunConfig(mode="exact", update="gradient", iterations=6, optimizer=optimizer, lr=lr, init_scale=init_scale)
     history = run(problem, preset("seeupo"), cfg)
     assert history.violations(1e-9).max().item() == 0.0
