@@ -59,6 +59,12 @@ class InputError(ValueError):
             self.args = (self._text(),)
         return self
 
+    def from_source(self, source: str) -> "InputError":
+        """This error attributed to ``source`` instead of the file it named (a ``--set`` flag)."""
+        self.source = source
+        self.args = (self._text(),)
+        return self
+
     def inside(self, prefix: str) -> "InputError":
         """This error with its field prefixed by an enclosing field: ``instance.rewards``."""
         self.field = prefix if self.field is None else f"{prefix}.{self.field}"

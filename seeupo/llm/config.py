@@ -624,9 +624,18 @@ def load_train_config(path: str | Path | None, overrides: list[str] = (), plugin
     data = read_yaml(path) if path is not None else {}
     if not isinstance(data, dict):
         raise InputError(None, "must be a mapping of sections (algorithm:, model:, ...)", source)
+    if path is not None and not data:  # an empty file is more likely a mistake than a wish for the defaults
+        raise InputError(None, "has no sections (leave the config out to run the built-in defaults)", source)
     data = apply_overrides(data, list(overrides))
     extra = load_plugins(list(plugins), "--plugin")  # errors name the flag, not the config file
     if extra:
         listed = data.get("plugins", [])
         data["plugins"] = [*listed, *extra] if isinstance(listed, list) else listed
-    return TrainConfig.from_dict(data, source)
+    try:
+        return TrainConfig.from_dict(data, source)
+    except InputError as err:  # a value a --set gave is the flag's fault, not the file's
+        field = (err.field or "").removeprefix("config.")
+        flag = next((text for text in reversed(overrides)
+                     if field and (field == (key := ".".join(parse_override(text)[0])) or field.startswith(key + "."))),
+                    None)
+        raise (err.from_source(f"--set {flag}") if flag is not None else err) from None

@@ -51,6 +51,8 @@ def test_bad_overrides_name_the_key(overrides, message):
     ("a: &x 1\nb: *x\n", "anchors and aliases"),
     ("- 1\n- 2\n", "must be a mapping of sections"),
     ("modle: {}\n", "field 'config.modle': unknown field"),
+    ("", "has no sections"),
+    ("# only a comment\n", "has no sections"),
 ])
 def test_bad_files_name_the_file(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -58,6 +60,22 @@ def test_bad_files_name_the_file(tmp_path, text, message):
     with pytest.raises(InputError) as err:
         load_train_config(path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_bad_value_from_set_names_the_flag_not_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("rollout: {temperature: 0.9}\nsteps: 3\n")
+    with pytest.raises(InputError) as err:
+        load_train_config(path, ["steps=4", "rollout.temperature=abc"])
+    assert str(err.value).startswith("--set rollout.temperature=abc: field 'config.rollout.temperature'")
+    assert str(path) not in str(err.value)
+    with pytest.raises(InputError) as err:  # a whole section given by --set
+        load_train_config(path, ["rollout={temperature: abc}"])
+    assert str(err.value).startswith("--set rollout={temperature: abc}: ")
+    path.write_text("rollout: {temperature: abc}\n")  # the file's own value stays the file's fault
+    with pytest.raises(InputError) as err:
+        load_train_config(path, ["steps=4"])
+    assert str(err.value).startswith(f"{path}: field 'config.rollout.temperature'")
 
 
 def test_missing_file():
