@@ -45,8 +45,8 @@ from typing import NoReturn
 
 from seeupo.core.config import PRESETS
 from seeupo.validation import (
-    InputError, comma_list, dumps, int_range, nonnegative_float, positive_float, positive_int, probability, seed_int, table_cells, writable_dir,
-    writable_file,
+    InputError, comma_list, dumps, int_range, no_empty_dirs_left_on_refusal, nonnegative_float, positive_float, positive_int, probability,
+    seed_int, table_cells, writable_dir, writable_file,
 )
 
 PAPER_REPRO = Path("paper_repro")
@@ -838,7 +838,8 @@ def main(argv: list[str] | None = None) -> int:
             args.plugin = [*entry_point_plugins(), *args.plugin]
             # train and eval load them with the run config (which records them)
             args.plugins_loaded = () if args.command in ("train", "eval") else load_plugins(args.plugin, "--plugin")
-        return args.func(args)
+        with no_empty_dirs_left_on_refusal():
+            return args.func(args)
     except InputError as err:  # bad files, fields and flags (InstanceError is one); anything else is a bug
         print(f"seeupo {args.command}: error: {err}", file=sys.stderr)
         return 2

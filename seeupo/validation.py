@@ -22,6 +22,7 @@ This module imports neither torch nor numpy at import time, so ``seeupo --help``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -30,7 +31,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 64
@@ -380,11 +381,18 @@ def comma_list(allowed: tuple[str, ...] | None) -> Any:
 # --------------------------------------------------------------------------- output paths
 
 
+_CREATED_DIRS: list[Path] = []  # what writable_dir created in this command, outermost first
+
+
 def writable_dir(path: str | Path, flag: str) -> Path:
-    """Create the output folder ``path`` now (before any work) or fail naming ``flag``."""
+    """Create the output folder ``path`` now (before any work) or fail naming ``flag``. The folders it
+    creates are remembered, so that a command refused later leaves none of them behind empty
+    (:func:`no_empty_dirs_left_on_refusal`)."""
     path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
     try:
         path.mkdir(parents=True, exist_ok=True)
+        _CREATED_DIRS.extend(missing)
     except FileExistsError:
         raise InputError(None, f"argument {flag}: {path} exists and is not a folder") from None
     except OSError as err:
@@ -392,6 +400,25 @@ def writable_dir(path: str | Path, flag: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise InputError(None, f"argument {flag}: the folder {path} is not writable")
     return path
+
+
+@contextlib.contextmanager
+def no_empty_dirs_left_on_refusal() -> Iterator[None]:
+    """A command inside it that is refused (:class:`InputError`) removes the folders
+    :func:`writable_dir` created for it that are still empty, innermost first: a refused command
+    leaves nothing behind."""
+    _CREATED_DIRS.clear()
+    try:
+        yield
+    except InputError:
+        for path in reversed(_CREATED_DIRS):
+            try:
+                path.rmdir()  # only an empty folder
+            except OSError:
+                pass
+        raise
+    finally:
+        _CREATED_DIRS.clear()
 
 
 def writable_file(path: str | Path, flag: str) -> Path:

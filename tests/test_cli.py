@@ -206,3 +206,18 @@ def test_presets_choices_lists_every_registered_entry(seeupo):
         assert set(registry.names()) <= listed
     assert "schedule: simultaneous, sequential" in out.stdout  # a fixed choice: its Literal
     assert len([line for line in out.stdout.splitlines() if not line.startswith("  ")]) == len(choices())
+
+
+def test_a_refused_command_leaves_no_empty_output_folder(tmp_path, capsys):
+    """`eval` creates --out before it reads --checkpoint; refused, it removes the folders it made
+    (and only those: a folder that was there stays, and so does one with a file in it)."""
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    argv = ["eval", "configs/bridge_tiny_seeupo.yaml", "--checkpoint", str(tmp_path / "no_run")]
+    assert main([*argv, "--out", str(existing / "a" / "b")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert existing.is_dir() and list(existing.iterdir()) == []
+    assert main([*argv, "--out", str(existing)]) == 2
+    assert existing.is_dir()
+    assert main(["verify", "--quick", "--algorithms", "nope", "--out", str(tmp_path / "v")]) == 2
+    assert not (tmp_path / "v").exists()
