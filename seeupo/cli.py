@@ -482,7 +482,7 @@ def _require_llm_extra() -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     _require_llm_extra()
     from seeupo.core.contract import dry_run
-    from seeupo.llm.checkpoint import latest_checkpoint, saved_run_config
+    from seeupo.llm.checkpoint import checkpoint_step, latest_checkpoint, saved_run_config
     from seeupo.llm.config import check_for_training, load_train_config, resume_changes
     from seeupo.llm.build import check_model_name
     from seeupo.llm.distributed import launched_by_torchrun, shutdown
@@ -506,6 +506,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise InputError(None, f"argument --out: {out} already holds a run; pass --resume to continue it or choose another out_dir")
         if saved is not None:
             resume_changes(saved, cfg)  # refuses a config that would make it another run
+    if checkpoint is not None and checkpoint_step(checkpoint) >= cfg.steps:
+        print(f"seeupo train: {out} is complete (its newest checkpoint is step {checkpoint_step(checkpoint)} of "
+              f"steps {cfg.steps}); nothing to train, nothing written. --set steps=N continues it to step N.")
+        return 0
     check_model_name(cfg.model.name)
     _refuse_liger_where_it_cannot_run(cfg)
     out = writable_dir(out, "--out")

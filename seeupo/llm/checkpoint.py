@@ -134,6 +134,11 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The training steps a checkpoint folder ``step_<N>`` holds: ``N`` (read from its name, without loading it)."""
+    return int(Path(path).name.removeprefix("step_"))
+
+
 def saved_run_config(run_dir: str | Path) -> dict[str, Any] | None:
     """The config a run folder was started with: its ``config.yaml``, else the one recorded in
     its newest checkpoint's ``meta.json``; ``None`` when it has neither (no run yet)."""

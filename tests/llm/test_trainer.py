@@ -202,6 +202,13 @@ def test_resume_refuses_another_config_and_logs_allowed_changes(tmp_path, capsys
     assert len(log) == 1 and log[0]["resumed_from_step"] == 2
     assert log[0]["changes"] == {"checkpoint.every": [1, 5], "steps": [2, 3]}
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+    # resumed once complete: it says so, and writes nothing (no resume_log line either)
+    capsys.readouterr()
+    complete = _hashes(run)
+    assert main(["train", *sets, "--set", "steps=3", "--set", "checkpoint.every=5", "--out", str(run), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "is complete (its newest checkpoint is step 3 of steps 3); nothing to train" in out and "Wrote" not in out
+    assert _hashes(run) == complete
     # the library refuses the same way: Trainer.train(resume=True) with another algorithm
     from seeupo.validation import InputError
 
