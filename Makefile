@@ -135,6 +135,6 @@ clean:
 figures: $(BIN)/seeupo
 	$(BIN)/seeupo figures
 
-# the same, small budgets (a few minutes on 2 CPU cores)
+# the same, small budgets (about a minute on 2 CPU cores)
 figures-quick: $(BIN)/seeupo
 	$(BIN)/seeupo figures --quick

@@ -57,3 +57,12 @@ def test_relative_links_of_the_docs_exist():
     for page in [README, *sorted((root / "docs").glob("*.md")), root / "paper_repro" / "README.md"]:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+def test_readme_names_every_resumable_field():
+    """The README's list of what may change on resume is RESUMABLE_FIELDS (a section's fields by `section.*`)."""
+    from seeupo.llm.config import RESUMABLE_FIELDS
+
+    text = README.read_text()
+    missing = [f for f in RESUMABLE_FIELDS if f"`{f}`" not in text and f"`{f.split('.')[0]}.*`" not in text]
+    assert not missing, f"README.md does not name these resumable fields: {missing}"
