@@ -215,6 +215,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     text = dumps(problem_to_dict(problem))
     if out is not None:
         out.write_text(text + "\n")
+        print(f"Wrote {out}.")
     else:
         print(text)
     return 0

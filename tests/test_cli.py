@@ -83,7 +83,8 @@ def test_exact_malformed_file_one_line_exit_2(tmp_path, seeupo, content, field):
 def test_generate_then_exact(tmp_path, seeupo):
     for args in (["--turns", "3", "--actions", "2"], ["--kind", "tree_mdp", "--gamma", "0.9"], ["--length", "2", "--vocab-size", "2"]):
         path = tmp_path / "g.json"
-        assert seeupo("generate", *args, "--seed", "4", "--out", str(path)).returncode == 0
+        generated = seeupo("generate", *args, "--seed", "4", "--out", str(path))
+        assert generated.returncode == 0 and generated.stdout == f"Wrote {path}.\n"
         result = json.loads(seeupo("exact", str(path)).stdout)
         assert result["J_star"] >= result["J"] - 1e-12
 

@@ -142,6 +142,11 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised as Ctrl-C's ``KeyboardInterrupt`` so that every part stops the same way."""
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 seed"``, ``"3 seeds"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = print) -> list[str]:
     """Make ``out`` ready for a check; returns what an earlier check left there, as moved (``previous-*/NAME``).
 
@@ -577,7 +582,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         times["searches"] = time.perf_counter() - t
         if bridge:
             t = time.perf_counter()
-            say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {len(budget.bridge_seeds)} seeds")
+            say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {_count(len(budget.bridge_seeds), 'seed')}")
             bridge_result = run_bridge(name, budget, out, plugins, say)
             times["bridge"] = time.perf_counter() - t
         _stop_if_signalled()
@@ -725,7 +730,7 @@ def bridge_markdown(bridge: dict[str, Any]) -> list[str]:
     if bridge["vacuous"] and bridge["row"] is None:
         return [f"Bridge (tiny-qwen3): **vacuous**: {bridge['vacuous']}."]
     b = bridge["row"]
-    lines = [f"Bridge (tiny-qwen3, exact J of the language model, {len(b['seeds'])} seeds x {b['steps']} steps at lr "
+    lines = [f"Bridge (tiny-qwen3, exact J of the language model, {_count(len(b['seeds']), 'seed')} x {b['steps']} steps at lr "
              f"{b['lr']:g}; {warm}): {bridge['summary']}. J* {b['J_star']:.4f}; {b['decreases_total']} of "
              f"{b['step_transitions_total']} steps lowered J (largest {b['largest_decrease']:.4f}); sampled updates: "
              "decreases there are expected noise, not violations."]
@@ -843,7 +848,7 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
         total = sum(e["total"] for e in estimates.values())
         say(f"compare plan: {len(names)} algorithms x ({shared.verify.instances} problems x {shared.verify.iterations} "
             f"iterations per cell; {shared.max_examples} cases per search); "
-            + (f"one bridge for all ({len(shared.bridge_seeds)} seeds x {shared.bridge_steps} steps)" if bridge else "no bridge"))
+            + (f"one bridge for all ({_count(len(shared.bridge_seeds), 'seed')} x {shared.bridge_steps} steps)" if bridge else "no bridge"))
         say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s, {share:.0f} s per algorithm "
                                                          "(the first one's share holds the bridge of all)" if share else ""))
         for i, n in enumerate(names):
