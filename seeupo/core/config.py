@@ -250,12 +250,21 @@ IDENTITY_FIELDS: tuple[str, ...] = (
 )
 
 
+# Identity fields that only a sequential schedule reads: under the simultaneous one they change nothing.
+SEQUENTIAL_ONLY_FIELDS: tuple[str, ...] = (
+    "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment", "equal_budget",
+)
+
+
 def modified_name(base: str, changes: dict[str, object]) -> str:
     """The name of preset ``base`` with ``changes``: ``base`` itself when no identity field changed,
     else ``base+field=value,...`` (identity fields only, in declaration order), so that a modified
-    preset is never reported under the name of the algorithm it is not."""
+    preset is never reported under the name of the algorithm it is not. A field of
+    :data:`SEQUENTIAL_ONLY_FIELDS` counts only when the schedule is sequential."""
     reference = PRESETS[base]
-    changed = [k for k in IDENTITY_FIELDS if k in changes and changes[k] != getattr(reference, k)]
+    sequential = changes.get("schedule", reference.schedule) == "sequential"
+    changed = [k for k in IDENTITY_FIELDS if k in changes and changes[k] != getattr(reference, k)
+               and (sequential or k not in SEQUENTIAL_ONLY_FIELDS)]
     if not changed:
         return base
     return base + "+" + ",".join(f"{k}={_show(changes[k])}" for k in changed)

@@ -68,6 +68,10 @@ def test_a_modified_preset_is_never_labelled_as_the_preset():
     assert (dr.name, dr.preset, dr.grae_scale, dr.aggregation) == ("drgrpo", "grpo", "none", "seq_mean_token_sum")
     # hyperparameters keep the name; so does an identity field set to the preset's own value
     assert preset("grpo", group_size=16, kl_coef=0.01, epochs=3).name == "grpo"
+    # a field only the sequential schedule reads changes nothing under the simultaneous one
+    assert preset("grpo", equal_budget=True, order="forward", m_refresh=True).name == "grpo"
+    assert preset("grpo", schedule="sequential", equal_budget=True).name == "grpo+schedule=sequential,equal_budget=true"
+    assert preset("seeupo", equal_budget=True).name == "seeupo+equal_budget=true"
     assert preset("grpo", grae_scale="group_std").name == "grpo"
     # a preset's name for another algorithm is refused, naming what differs
     with pytest.raises(ValueError, match="'grpo' is the name of a preset whose .*grae_scale"):
