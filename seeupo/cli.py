@@ -190,7 +190,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("argument --turns: at most 64")
     cells = generated_cells(args)
     if cells > args.max_cells:
-        raise UsageError(f"argument --max-cells: the instance would have {cells} table entries, more than --max-cells {args.max_cells}")
+        raise UsageError(f"the instance these sizes ask for (--turns, --actions, ...) would have {cells:.3g} table entries, "
+                         f"more than --max-cells {args.max_cells}; choose smaller sizes or raise --max-cells")
     out = writable_file(args.out, "--out") if args.out else None
 
     import torch
