@@ -38,6 +38,7 @@ import argparse
 import ast
 import importlib.util
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -844,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
             args.plugin = [*entry_point_plugins(), *args.plugin]
             # train and eval load them with the run config (which records them)
             args.plugins_loaded = () if args.command in ("train", "eval") else load_plugins(args.plugin, "--plugin")
+        if getattr(args, "no_progress", False):  # Hugging Face's own bars too (transformers reads this on import)
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
         with no_empty_dirs_left_on_refusal():
             return args.func(args)
     except InputError as err:  # bad files, fields and flags (InstanceError is one); anything else is a bug
