@@ -446,19 +446,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
         _remove_if_empty(out, existed)
         raise
     if len(names) > 1:
-        return _compare_exit(result, out)
+        return _compare_exit(result, out, args.fail_on_decrease)
     print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'}.")
-    if report.get("partial"):  # as the shell reports a process stopped by that signal
-        return 128 + int(getattr(signal, report["partial"], signal.SIGINT))
-    if report["bridge"].get("vacuous"):  # a bridge that could not learn is no evidence: say so in the exit status
-        print(f"seeupo check: the bridge is vacuous: {report['bridge']['vacuous']}", file=sys.stderr)
+    return check_status(report, report, args.fail_on_decrease)
+
+
+def check_status(run: dict, checked: dict, fail_on_decrease: bool) -> int:
+    """The exit status of a finished check: ``run`` its report (one algorithm's, or a comparison's),
+    ``checked`` the checked algorithm's own report. 128 + N when stopped by signal N (as the shell
+    reports it); 1 when the evidence is empty (a vacuous bridge, no learning signal) or, with
+    ``fail_on_decrease``, when ``J`` decreased; else 0."""
+    if run.get("partial"):
+        return 128 + int(getattr(signal, run["partial"], signal.SIGINT))
+    if run["bridge"].get("vacuous"):  # a bridge that could not learn is no evidence: say so in the exit status
+        print(f"seeupo check: the bridge is vacuous: {run['bridge']['vacuous']}", file=sys.stderr)
         return 1
-    # a check that measured nothing is no pass either
-    return 1 if report["monotonicity"]["measured"] == "no learning signal" else 0
+    measured = checked["monotonicity"]["measured"]
+    if measured == "no learning signal":  # a check that measured nothing is no pass either
+        return 1
+    if fail_on_decrease and measured == "J decreased":
+        print("seeupo check: J decreased (--fail-on-decrease)", file=sys.stderr)
+        return 1
+    return 0
 
 
-def _compare_exit(result: dict, out: Path) -> int:
+def _compare_exit(result: dict, out: Path, fail_on_decrease: bool) -> int:
     """Print one summary line per compared algorithm; the exit status as for one check, of the first (the checked) one."""
     from seeupo.experiments.check import summary_line
 
@@ -466,13 +479,7 @@ def _compare_exit(result: dict, out: Path) -> int:
         print(summary_line(report))
     print(f"Wrote {out / 'check.md'}, {out / 'check.json'} and {out / 'check.png'} (each algorithm's own report in "
           f"{out / 'algorithms'}).")
-    if result.get("partial"):
-        return 128 + int(getattr(signal, result["partial"], signal.SIGINT))
-    if result["bridge"].get("vacuous"):
-        print(f"seeupo check: the bridge is vacuous: {result['bridge']['vacuous']}", file=sys.stderr)
-        return 1
-    first = result["algorithms"][result["compare"][0]]
-    return 1 if first["monotonicity"]["measured"] == "no learning signal" else 0
+    return check_status(result, result["algorithms"][result["compare"][0]], fail_on_decrease)
 
 
 def _require_llm_extra() -> None:
@@ -767,6 +774,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: 170 s, or none with --quick)")
     p.add_argument("--overwrite", action="store_true",
                    help="move an earlier check's files in --out into previous-<time>/ first (nothing is deleted)")
+    p.add_argument("--fail-on-decrease", action="store_true",
+                   help="exit 1 when the measured verdict is 'J decreased' (default: 0 whatever the verdict, 1 only "
+                        "when the evidence is empty), to gate a CI job on it")
     p.add_argument("--no-progress", action="store_true", help="do not print progress to stderr")
     p.set_defaults(func=_cmd_check)
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from seeupo.experiments.verdicts import EXACT_MEASURED, NO_SIGNAL, SAMPLED_MEASURED, history_outcome, no_signal, table1_verdict
@@ -152,7 +153,7 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
     again = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
                    "--budget", "20", "--out", "out", "--overwrite", cwd=tmp_path)
     seconds = time.perf_counter() - start
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 0, again.stderr  # whatever the verdict, without --fail-on-decrease
     assert "moving the earlier check's files aside" in again.stderr
     previous = list((tmp_path / "out").glob("previous-*"))
     assert len(previous) == 1
@@ -187,9 +188,11 @@ def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
 def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_beside_it(tmp_path):
     (tmp_path / "anti.py").write_text(ANTI)
     done = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
-                  "--max-examples", "3", "--out", "out", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+                  "--max-examples", "3", "--out", "out", "--fail-on-decrease", cwd=tmp_path)
     report = json.loads((tmp_path / "out/check.json").read_text())
+    # J decreased: --fail-on-decrease makes that the exit status (without it, 0: test above)
+    assert report["monotonicity"]["measured"] == "J decreased"
+    assert done.returncode == 1 and done.stderr.strip().endswith("J decreased (--fail-on-decrease)"), done.stderr
     found = [s for s in report["searches"] if s["found"] and s.get("reproduces")]
     assert found
     text = (tmp_path / "out/check.md").read_text()
@@ -255,3 +258,17 @@ def test_compare_stopped_while_timing_writes_a_partial_report(tmp_path, monkeypa
     assert result["partial"] == "SIGTERM" and result["not_reached"] == ["seeupo", "grpo"]
     assert "**Partial report**" in (tmp_path / "out/check.md").read_text()
     assert signal.getsignal(signal.SIGTERM) is not check_module._raise_interrupted  # the handler is given back
+
+
+@pytest.mark.parametrize("run, checked, fail_on_decrease, status", [
+    ({"bridge": {}}, {"monotonicity": {"measured": "J decreased"}}, False, 0),
+    ({"bridge": {}}, {"monotonicity": {"measured": "J decreased"}}, True, 1),
+    ({"bridge": {}}, {"monotonicity": {"measured": "converges"}}, True, 0),
+    ({"bridge": {}}, {"monotonicity": {"measured": "no learning signal"}}, False, 1),
+    ({"bridge": {"vacuous": "warm-up missed 0.9"}}, {"monotonicity": {"measured": "converges"}}, False, 1),
+    ({"bridge": {}, "partial": "SIGTERM"}, {"monotonicity": {"measured": "J decreased"}}, True, 128 + 15),
+])
+def test_check_status(run, checked, fail_on_decrease, status):
+    from seeupo.cli import check_status
+
+    assert check_status(run, checked, fail_on_decrease) == status
