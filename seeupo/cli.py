@@ -114,13 +114,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                          f"more than {MAX_CELLS} rows; lower --group-size or --reward-levels")
     if args.algorithms:  # a broken estimator is named now, before a folder or a worker process exists
         _check_exact_contract(args.algorithms, cfg.group_size)
-    existed = Path(args.out).exists()
-    out = writable_dir(args.out, "--out")
-    try:
-        report = verify(cfg, progress=None if args.no_progress else stderr_progress)
-    except InputError:  # a plugin's function broke its contract in a cell: leave no empty folder behind
-        _remove_if_empty(out, existed)
-        raise
+    out = writable_dir(args.out, "--out")  # refused later (a plugin breaking its contract in a cell): removed again
+    report = verify(cfg, progress=None if args.no_progress else stderr_progress)
     json_path, md_path = write_report(report, out)
     print(markdown(report))
     print(f"Wrote {json_path} and {md_path}.")
@@ -134,12 +129,6 @@ def _check_exact_contract(names: list[str] | tuple[str, ...], group_size: int) -
 
     for name in names:
         exact_mode_refusal(PRESETS[name].replace(group_size=group_size))
-
-
-def _remove_if_empty(out: Path, existed: bool) -> None:
-    """Remove the output folder this command created, if nothing was written to it (never a file)."""
-    if not existed and out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
 
 
 def _check_tabular(names: list[str], flag: str) -> None:
@@ -427,24 +416,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
     budget = QUICK if args.quick else DEFAULT
     _check_exact_contract(names, budget.verify.group_size)  # a broken estimator: one line, no folder
     out_arg = args.out or str(CHECK_DIR / args.name)
-    existed = Path(out_arg).exists()
-    out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback
+    out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback; removed again if refused
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
     moved = prepare_output(out, args.overwrite, lambda m: print(m, file=sys.stderr, flush=True))  # said even with --no-progress
     if args.max_examples:  # the cases asked for, not fewer to fit the default budget (an explicit --budget still fits)
         budget = budget.__class__(**{**budget.__dict__, "max_examples": args.max_examples, "seconds": None})
     if args.budget is not None:
         budget = budget.__class__(**{**budget.__dict__, "seconds": args.budget})
-    try:
-        if len(names) > 1:
-            result = compare(names, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
-                             say=say, moved_aside=moved)
-        else:
-            report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
-                           say=say, moved_aside=moved)
-    except InputError:  # a plugin's function broke its contract: leave no empty folder behind
-        _remove_if_empty(out, existed)
-        raise
+    if len(names) > 1:
+        result = compare(names, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                         say=say, moved_aside=moved)
+    else:
+        report = check(args.name, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
+                       say=say, moved_aside=moved)
     if len(names) > 1:
         return _compare_exit(result, out, args.fail_on_decrease)
     print(summary_line(report))
