@@ -633,7 +633,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     names = args.names or list(FIGURES)
     regenerate(names, quick=args.quick, out=out, plot_only=args.plot_only, seed=args.seed, runs=args.runs,
                log=lambda m: print(m, flush=True))
-    print(f"Wrote {len(names)} figures (PNG and JSON) to {out} in {time.perf_counter() - start:.1f} s.")
+    print(f"Wrote {len(names)} figure{'' if len(names) == 1 else 's'} (PNG and JSON) to {out} in {time.perf_counter() - start:.1f} s.")
     return 0
 
 
