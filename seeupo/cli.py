@@ -46,7 +46,7 @@ from typing import NoReturn
 
 from seeupo.core.config import PRESETS
 from seeupo.validation import (
-    InputError, comma_list, dumps, int_range, no_empty_dirs_left_on_refusal, nonnegative_float, positive_float, positive_int, probability,
+    InputError, comma_list, dumps, int_range, no_empty_dirs_left_on_refusal, nonnegative_float, path_arg, positive_float, positive_int, probability,
     seed_int, table_cells, writable_dir, writable_file,
 )
 
@@ -663,7 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=comma_list(("independent", "shared")), help="comma-separated: independent,shared")
     p.add_argument("--workers", type=int_range(1, 256), help="worker processes, 1 to 256 (default 2)")
     p.add_argument("--seed", type=seed_int, help="seed of the random problems and runs")
-    p.add_argument("--out", default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")
+    p.add_argument("--out", type=path_arg, default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")
     p.add_argument("--algorithms", type=comma_list(None), metavar="NAME,...",
                    help="registered algorithms (presets; a plugin's too) to run instead of the grid")
     p.add_argument("--counterexamples", action="append", default=[], metavar="DIR",
@@ -699,14 +699,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--max-cells", type=positive_int, default=MAX_CELLS,
                    help=f"refuse instances with more table entries than this (default {MAX_CELLS}, about 20 MB of JSON)")
-    p.add_argument("--out", help="output file (default: stdout)")
+    p.add_argument("--out", type=path_arg, help="output file (default: stdout)")
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("claims", help="check every claim and print its verdict with evidence",
                        description="Run the check of every registered claim (seeupo.experiments.claims) and report the verdicts.")
     p.add_argument("ids", nargs="*", help="only these claims (default: all)")
     p.add_argument("--quick", action="store_true", help="small budgets (for a quick look; verdicts may be inconclusive)")
-    p.add_argument("--out", default="results/claims", help="folder for claims.json and claims.md (default: results/claims)")
+    p.add_argument("--out", type=path_arg, default="results/claims", help="folder for claims.json and claims.md (default: results/claims)")
     p.add_argument("--no-progress", action="store_true", help="do not print per-claim progress to stderr")
     p.set_defaults(func=_cmd_claims)
 
@@ -731,7 +731,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plugin_option(p)
     p.add_argument("--max-examples", type=positive_int, help="cases per search, >= 1 (default: each search's own budget)")
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--out", default="results/search",
+    p.add_argument("--out", type=path_arg, default="results/search",
                    help="folder for the counterexample files and searches.json, the summary of every search run (default: results/search)")
     p.add_argument("--update-paper-repro", action="store_true",
                    help=f"write into the committed {PAPER_REPRO}/counterexamples and {PAPER_REPRO}/searches.json instead of --out")
@@ -752,7 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also check these algorithms (comma-separated) on the same problems, seeds, searches and bridge, "
                         "and report them side by side; the budget covers them all, split equally")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
-    p.add_argument("--out", help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
+    p.add_argument("--out", type=path_arg, help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
     p.add_argument("--budget", type=positive_float, metavar="SECONDS",
                    help="fit the whole check in about this many seconds (fewer verify iterations and search cases; "
                         "default: 170 s, or none with --quick)")
@@ -770,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML run config (default: the built-in defaults)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set optim.lr=1e-5 (repeatable)")
-    p.add_argument("--out", help="the run folder (overrides out_dir)")
+    p.add_argument("--out", type=path_arg, help="the run folder (overrides out_dir)")
     _plugin_option(p)
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--resume", action="store_true",
@@ -790,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int_range(1, 1000), default=4, help="samples per task (default 4, the paper's avg@4/pass@4)")
     p.add_argument("--max-tasks", type=positive_int, help="only the first N evaluation tasks (default: all)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field (repeatable)")
-    p.add_argument("--out", default="results/eval",
+    p.add_argument("--out", type=path_arg, default="results/eval",
                    help="folder for episodes.jsonl, the settings and the summary (default: results/eval); "
                         "it must be empty unless --resume or --overwrite")
     p.add_argument("--batch", type=int_range(1, 100_000), default=1,
@@ -809,7 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "where a figure needs it) and draw it: OUT/NAME.json and OUT/NAME.png (seeupo.figures).")
     p.add_argument("names", nargs="*", help="figures to make (default: all, in the order of seeupo.figures.FIGURES)")
     p.add_argument("--quick", action="store_true", help="small budgets (the whole set in a few minutes on CPU)")
-    p.add_argument("--out", default="figures", help="output folder (default: figures)")
+    p.add_argument("--out", type=path_arg, default="figures", help="output folder (default: figures)")
     p.add_argument("--plot-only", action="store_true", help="redraw the PNGs from the data files in --out")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the measured figures (default 0)")
     p.add_argument("--runs", nargs="+", metavar="DIR", help="run folders with metrics.jsonl for training_curves "

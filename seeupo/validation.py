@@ -349,6 +349,13 @@ def _float_in(low: float, high: float, *, open_low: bool = False) -> Any:
     return check
 
 
+def _path(text: str) -> str:
+    if not text.strip():  # Path("") is the current folder: an empty flag would write into it
+        raise ValueError("expected a path")
+    return text
+
+
+path_arg = _flag_type("path", _path)
 positive_int = _flag_type("positive_int", _int_in(1))
 seed_int = _flag_type("seed", _int_in(0, 2**63 - 1))
 probability = _flag_type("probability", _float_in(0.0, 1.0))

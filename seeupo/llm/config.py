@@ -431,6 +431,8 @@ def bridge_shape(opts: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
 def _check_consistency(cfg: "TrainConfig") -> None:
     """Cross-field checks: combinations that would run but train or evaluate nothing meaningful."""
     r, o = cfg.rollout, cfg.optim
+    if not cfg.out_dir.strip():  # Path("") is the current folder: the run would be written into it
+        raise InputError("config.out_dir", f"must be a folder path, got {cfg.out_dir!r}")
     if not adv_estimator(cfg.algorithm.advantage).lm:
         raise InputError("config.algorithm.advantage", f"{cfg.algorithm.advantage!r} has no language-model form "
                                                        "(registered with lm=False: it needs the exact values of a tabular problem)")

@@ -36,6 +36,7 @@ def test_yaml_file_with_overrides_and_round_trip(tmp_path):
     (["novalue"], "argument --set: expected KEY=VALUE"),
     (["rollout.vllm_sleep=true"], "field 'config.rollout.vllm_sleep': needs rollout.engine: vllm"),
     (["rollout.engine=sglang"], "field 'config.rollout.engine': unknown value 'sglang'"),
+    (["out_dir=' '"], "field 'config.out_dir': must be a folder path, got ' '"),  # not the current folder
     (["parallel.mixed_precision=fp8"], "field 'config.parallel.mixed_precision': unknown value 'fp8'"),
     (["optim.micro_batch_tokens=0"], "field 'config.optim.micro_batch_tokens': must be in [1,"),
     (["optim.scoring=tree"], "field 'config.optim.scoring': unknown value 'tree'"),
