@@ -7,7 +7,7 @@
     seeupo claims [IDS] [--quick]          check every claim of the paper and the toolkit, with evidence
     seeupo search [NAMES]                  search for counterexamples (hypothesis) and save them
     seeupo check NAME [--plugin FILE]      one algorithm end to end: verify cells, searches, a bridge run; a report
-    seeupo replay FILE... [--explain]      recompute counterexample files, fail if they do not reproduce; why J fell
+    seeupo replay FILE... [--explain]      recompute counterexample (or gradient case) files, fail if they do not reproduce; why J fell
     seeupo figures [NAMES] [--quick]       regenerate the figures (figures/NAME.png and its data, NAME.json)
 
 Bad input (a malformed file, an out-of-range flag, an unwritable ``--out``) gives one line on
@@ -281,8 +281,14 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 def _cmd_replay(args: argparse.Namespace) -> int:
     from seeupo.experiments.counterexamples import Counterexample, replay
 
+    from seeupo.experiments.gradient_check import is_gradient_file
+
     bad = failed = 0
     for path in args.files:
+        if is_gradient_file(path):  # a gradient case (seeupo check's gradient/ folder)
+            outcome = _replay_gradient(path)
+            bad, failed = bad + (outcome == 2), failed + (outcome == 1)
+            continue
         try:
             example = Counterexample.load(path)
         except InputError as err:
@@ -303,6 +309,25 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
             print("\n" + render(explain(example)))
     return 2 if bad else 1 if failed else 0
+
+
+def _replay_gradient(path: str) -> int:
+    """Recompute one gradient case file and print the outcome: 0 reproduced, 1 not, 2 bad input."""
+    from seeupo.experiments.gradient_check import load_case, replay_case
+
+    try:
+        case = load_case(path)
+    except InputError as err:
+        print(f"seeupo replay: error: {err}", file=sys.stderr)
+        return 2
+    ok, now = replay_case(case)
+    cosines = ", ".join("undefined" if c is None or c != c else f"{c:.6f}" for c in now["turn_cosines"])
+    if ok:
+        print(f"{path}: reproduced: expected update {now['verdict']} (cosine per turn {cosines})")
+        return 0
+    print(f"{path}: DOES NOT REPRODUCE: recorded {case.recorded['verdict']}, recomputed {now['verdict']} "
+          f"(cosine per turn {cosines})")
+    return 1
 
 
 def search_names() -> list[tuple[str, str]]:

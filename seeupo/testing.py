@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from seeupo.core.config import AlgorithmConfig
 from seeupo.tabular.policies import TabularPolicy
-from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
+from seeupo.tabular.problems import DTYPE, TreeMDP, random_family, sequential_bandit
 from seeupo.tabular.train import AlgorithmStep, History, RunConfig, Step, initial_policy, track
 
 __all__ = [
-    "assert_converges", "assert_monotone", "policies", "sequential_bandits", "token_bandits", "tree_mdps",
+    "agentic_mdps", "assert_converges", "assert_monotone", "policies", "sequential_bandits", "token_bandits", "tree_mdps",
 ]
 
 
@@ -119,6 +119,28 @@ def tree_mdps(
         n *= a * o
     token_spec = (tokens,) * turns if tokens is not None else None
     return TreeMDP(torch.ones(1, 1, dtype=DTYPE), actions, obs, obs_probs, rewards, terminal, g, token_spec)
+
+
+@st.composite
+def agentic_mdps(
+    draw: st.DrawFn,
+    family: str,
+    *,
+    min_turns: int = 2,
+    max_turns: int = 3,
+    reward_levels: int | None = 3,
+) -> TreeMDP:
+    """Single-instance problems of an agentic family (:data:`seeupo.tabular.problems.AGENTIC_FAMILIES`):
+    action 0 stops at every turn but the last, with the family's intermediate rewards, tool results
+    and token actions; rewards on ``reward_levels`` levels (``None``: uniform on [0, 1]).
+
+    The problem is drawn from a seed (:func:`seeupo.tabular.problems.random_family`), so hypothesis
+    shrinks towards fewer turns and smaller seeds, not towards simpler tables.
+    """
+
+    turns = draw(st.integers(min_turns, max_turns))
+    seed = draw(st.integers(0, 2**16))
+    return random_family(family, 1, turns, reward_levels=reward_levels, generator=torch.Generator().manual_seed(seed))
 
 
 @st.composite

@@ -2,6 +2,11 @@
 
 For a registered algorithm (a preset, built in or registered by a plugin) it runs, in order:
 
+0. **gradient**: the estimator's expected update against the policy gradient, and the fixed
+   point of plain exact ascent with it, on the agentic problem families (the agent stops when it
+   chooses, intermediate rewards, stochastic tool results, token actions;
+   :mod:`seeupo.experiments.gradient_check`): whether the estimator is biased and where it leads,
+   the verdict that leads check.md;
 1. **verify**: the verification cells of :mod:`seeupo.experiments.verify` for this algorithm
    alone (single and multi turn, exact and sampled, independent and shared parameters): the exact
    ``J`` after every iteration on random token bandits, judged with the verdict vocabulary;
@@ -59,12 +64,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from seeupo.experiments.gradient_check import QUICK as QUICK_GRADIENT
+from seeupo.experiments.gradient_check import GradientConfig
 from seeupo.experiments.verdicts import NO_DECREASE_FOUND, NO_SIGNAL, refused_label, search_outcome
 from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
 #: What ``seeupo check`` writes in its folder (``--overwrite`` moves these aside, never deletes them).
-OUTPUTS = ("check.json", "check.md", "check.png", "counterexamples", "bridge", "algorithms")
+OUTPUTS = ("check.json", "check.md", "check.png", "gradient", "counterexamples", "bridge", "algorithms")
 
 
 @dataclass(frozen=True)
@@ -105,14 +112,18 @@ class CheckBudget:
     bridge_group_size: int = 4
     bridge_also: tuple[str, ...] = ()
     seconds: float | None = None
+    gradient: GradientConfig = GradientConfig()
 
 
 #: The default fits 3 minutes on 2 CPU cores (benchmarks/check_time.py): 170 s planned, the rest
 #: for starting Python and writing the report.
 DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
                       bridge_steps=5, bridge_seeds=(0, 1, 2), bridge_warmup=100, seconds=170.0)
+#: --quick: small sizes within a stated budget of a minute (the searches and their shrinking stop at their share).
 QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
-                    bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100)
+                    bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100, gradient=QUICK_GRADIENT, seconds=60.0)
+#: The toolkit's committed counterexamples, consulted by ``check`` of a built-in algorithm as ``verify`` does.
+COMMITTED_COUNTEREXAMPLES = "paper_repro/counterexamples"
 
 #: The built-in algorithms run beside the checked one on the bridge, on the same settings.
 BRIDGE_BASELINES = ("grpo", "seeupo")
@@ -186,16 +197,20 @@ class Calibration:
     iteration: seconds per exact-mode iteration of one verify cell (two-turn, the dearer setting;
       with the row's own factor, e.g. RLOO's ten SGD steps). Without an exact mode, a sampled one.
     search_case: seconds per search case (two exact updates: as drawn and with a tightened inner loop).
+    gradient_call: seconds per expected direction on a batch of the gradient part's instances (three
+      turns, stochastic tool results: the dearest family); 0 without an exact mode.
     seconds: what the calibration itself took.
     """
 
     iteration: float
     search_case: float
     seconds: float
+    gradient_call: float = 0.0
 
 
-def calibrate(name: str, cfg: VerifyConfig, exact: bool) -> Calibration:
-    """Time a two-iteration verify cell and three search cases of ``name`` (after one warm-up cell)."""
+def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfig = GradientConfig()) -> Calibration:
+    """Time a two-iteration verify cell, three search cases and one expected direction of ``name`` (after one
+    warm-up cell)."""
     from seeupo.experiments.counterexamples import robust_decrease, search
     from seeupo.experiments.searches import algorithm_searches
     from seeupo.experiments.verify import algorithm_rows, run_cell
@@ -208,15 +223,36 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool) -> Calibration:
     t = time.perf_counter()
     run_cell(row, "MT", mode, "independent", tiny)
     iteration = (time.perf_counter() - t) / 2
-    search_case = 0.0
+    search_case = gradient_call = 0.0
     if exact:
+        gradient_call = _time_gradient_call(name, gradient)
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
         t = time.perf_counter()
         # a condition that is never met: hypothesis draws the cases and never shrinks
         tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
                        condition=lambda case: robust_decrease(case) and False).examples
         search_case = (time.perf_counter() - t) / max(1, tried)
-    return Calibration(iteration, search_case, time.perf_counter() - start)
+    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call)
+
+
+def _time_gradient_call(name: str, cfg: GradientConfig) -> float:
+    """Seconds of one expected direction on the gradient part's dearest batch (tool results, its most turns)."""
+    from seeupo.core.config import PRESETS
+    from seeupo.experiments.gradient_check import family_problems
+    from seeupo.tabular.gradient import gradient_directions
+    from seeupo.tabular.policies import TabularPolicy
+
+    problem = family_problems(cfg, "tool", max(cfg.turns))
+    t = time.perf_counter()
+    gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size))
+    return time.perf_counter() - t
+
+
+def gradient_calls(cfg: GradientConfig) -> int:
+    """Expected directions the gradient part computes: one per family, number of turns and start, one per ascent step."""
+    directions = len(cfg.families) * len(cfg.turns) * (cfg.starts + 1)
+    ascent = len(cfg.families) * len([t for t in cfg.ascent_turns if t in cfg.turns]) * cfg.ascent_steps
+    return directions + ascent
 
 
 def _cells(name: str, cfg: VerifyConfig, exact: bool) -> list[tuple[str, str, str]]:
@@ -241,12 +277,14 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
     bridge_s = len(budget.bridge_seeds) * per_seed if bridge else 0.0
-    total = cal.seconds + verify_s + searches_s + bridge_s + WRITE_SECONDS
+    gradient_s = gradient_calls(budget.gradient) * cal.gradient_call if exact else 0.0
+    total = cal.seconds + gradient_s + verify_s + searches_s + bridge_s + WRITE_SECONDS
     return {"cells": len(cells), "instances": cfg.instances, "iterations": cfg.iterations, "searches": searches if exact else 0,
             "bridge_seeds": list(budget.bridge_seeds),
             "max_examples": budget.max_examples, "bridge_runs": len(budget.bridge_seeds) if bridge else 0,
             "bridge_steps": budget.bridge_steps, "calibration": cal.seconds, "verify": verify_s, "search_time": searches_s,
-            "bridge": bridge_s, "total": total, "budget": budget.seconds}
+            "bridge": bridge_s, "gradient": gradient_s, "gradient_calls": gradient_calls(budget.gradient) if exact else 0,
+            "total": total, "budget": budget.seconds}
 
 
 def bridge_presets(name: str, budget: CheckBudget) -> tuple[str, ...]:
@@ -270,7 +308,7 @@ def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge
         seeds = max(1, min(len(budget.bridge_seeds), math.floor(budget.seconds * BRIDGE_SHARE / per_seed)))
         budget = dataclasses.replace(budget, bridge_seeds=budget.bridge_seeds[:seeds])
     first = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches)
-    free = budget.seconds - cal.seconds - WRITE_SECONDS - first["bridge"]
+    free = budget.seconds - cal.seconds - WRITE_SECONDS - first["bridge"] - first["gradient"]
     cfg = budget.verify
     if first["verify"] > free / 3 and first["verify"] > 0:
         iterations = max(MIN_ITERATIONS, math.floor(cfg.iterations * (free / 3) / first["verify"]))
@@ -285,7 +323,8 @@ def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge
 
 def plan_text(p: dict[str, Any]) -> str:
     """The plan as printed before the check starts."""
-    parts = [f"verify {p['cells']} cells x {p['instances']} problems x {p['iterations']} iterations ~{p['verify']:.0f} s"]
+    parts = [f"gradient {p['gradient_calls']} exact directions ~{p['gradient']:.0f} s"] if p.get("gradient_calls") else []
+    parts.append(f"verify {p['cells']} cells x {p['instances']} problems x {p['iterations']} iterations ~{p['verify']:.0f} s")
     if p["searches"]:
         parts.append(f"{p['searches']} searches x {p['max_examples']} cases ~{p['search_time']:.0f} s")
     if p["bridge_runs"]:
@@ -477,34 +516,65 @@ def learning(runs: list[dict[str, Any]], tolerance: float = BRIDGE_TOLERANCE) ->
             "moved": moved, "words": words}
 
 
+def committed_counterexamples(name: str) -> dict[str, Any]:
+    """The committed counterexample folder ``check name`` consults (a built-in algorithm's, as ``verify`` does),
+    and the words for the report: ``{"folders": (...), "words": ...}``."""
+    from seeupo.core.config import BUILTIN_PRESETS
+    from seeupo.experiments.verdicts import resolve_dir
+
+    if name not in BUILTIN_PRESETS:
+        return {"folders": (), "words": f"none consulted: the committed counterexamples are of the built-in algorithms, and "
+                                        f"{name} is not one"}
+    folder = resolve_dir(COMMITTED_COUNTEREXAMPLES)
+    if not folder.is_dir():
+        return {"folders": (), "words": f"not consulted: `{COMMITTED_COUNTEREXAMPLES}` is not here (an installed package "
+                                        "without the repository)"}
+    return {"folders": (str(folder),), "words": f"consulted: `{COMMITTED_COUNTEREXAMPLES}` (each file of {name} replayed)"}
+
+
 def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) -> dict[str, Any]:
     """The verdict on exact monotonicity, with its evidence.
 
-    ``J decreased`` (a replaying counterexample, or a decrease on a random instance) over
-    ``no learning signal`` (an exact cell or a search in which ``J`` never moved: nothing was
-    measured there) over ``monotone`` (with the budget that found nothing).
+    ``J decreased`` (a replaying counterexample, found now or committed, or a decrease on a random
+    instance) over ``no learning signal`` (no exact cell and no search ever moved ``J``: nothing
+    was measured) over ``monotone`` (with the budget that found nothing; parts that moved nothing
+    are named in its evidence, never counted as evidence). Nothing finished (a check stopped
+    first): ``measured`` is ``None``, no verdict.
     """
     exact = [c for c in verify_report["cells"] if c["mode"] == "exact" and not c.get("refused")]
     decreased_cells = [c for c in exact if c["violations"] > 0]
     found = [s for s in searches if s["found"] and s.get("reproduces", True)]
-    if found or decreased_cells:
+    own = {s.get("file") for s in searches}  # the searches' own cases are listed once, above
+    committed = [e for e in verify_report.get("counterexamples", [])
+                 if e.get("decreases") and e.get("mode", "exact") == "exact" and e["file"] not in own]
+    if found or decreased_cells or committed:
         evidence = [f"{s['search']}: J {s['J'][0]:.6f} -> {s['J'][-1]:.6f} (`{s['file']}`, "
                     + ("replays" if s.get("reproduces") else "found when interrupted, not replayed yet") + ")" for s in found]
         evidence += [f"random instances, {c['setting']} {c['parameterization']}: {c['violations']} decreases, "
                      f"largest {c['max_violation']:.2e}" for c in decreased_cells]
+        evidence += [f"{e['search']} ({e['setting']}, {e['parameterization']} parameters): J {e['J'][0]:.6f} -> {e['J'][-1]:.6f} "
+                     f"(`{e['file']}`, a saved counterexample that replays)" for e in committed]
         return {"measured": "J decreased", "evidence": evidence}
+    searched = [s for s in searches if s.get("examples")]
+    if not exact and not searched:
+        return {"measured": None, "evidence": ["nothing finished before the check was stopped: no exact cell and no search, "
+                                               "so no verdict on monotonicity"]}
     silent_cells = [c for c in exact if c["verdict"] == NO_SIGNAL]
-    silent_searches = [s for s in searches if s.get("moved") == 0 and s.get("examples")]
+    silent_searches = [s for s in searched if s.get("moved") == 0]
+    silence = (f"the update never moved J in {len(silent_cells)} of {len(exact)} exact cells"
+               + (" (" + ", ".join(f"{c['setting']} {c['parameterization']}" for c in silent_cells) + ")" if silent_cells else "")
+               + f" and in every case of {len(silent_searches)} of {len(searched)} searches")
+    if len(silent_cells) == len(exact) and len(silent_searches) == len(searched):
+        return {"measured": NO_SIGNAL, "evidence": [silence + ": the advantages are zero or not finite, or the loss has no "
+                                                    "gradient; no verdict on monotonicity or convergence"]}
+    moved_cells, moved_searches = len(exact) - len(silent_cells), [s for s in searched if s not in silent_searches]
+    cases = sum(s.get("examples", s["max_examples"]) for s in moved_searches)
+    updates = sum(c["instances"] * c["iterations"] for c in exact if c["verdict"] != NO_SIGNAL)
+    evidence = [f"{NO_DECREASE_FOUND} in {len(moved_searches)} searches ({cases} cases in all) and in {updates} exact updates on "
+                f"random instances ({moved_cells} cells)"]
     if silent_cells or silent_searches:
-        evidence = [f"the update never moved J in {len(silent_cells)} of {len(exact)} exact cells"
-                    + (" (" + ", ".join(f"{c['setting']} {c['parameterization']}" for c in silent_cells) + ")" if silent_cells else "")
-                    + f" and in every case of {len(silent_searches)} of {len(searches)} searches: the advantages are zero "
-                      "or not finite, or the loss has no gradient; no verdict on monotonicity or convergence"]
-        return {"measured": NO_SIGNAL, "evidence": evidence}
-    cases = sum(s.get("examples", s["max_examples"]) for s in searches)
-    updates = sum(c["instances"] * c["iterations"] for c in exact)
-    return {"measured": "monotone", "evidence": [
-        f"{NO_DECREASE_FOUND} in {len(searches)} searches ({cases} cases in all) and in {updates} exact updates on random instances"]}
+        evidence.append(silence + ": those measured nothing and count for nothing here")
+    return {"measured": "monotone", "evidence": evidence}
 
 
 _SIGNALS: list[str] = []  # the signals received by the running check, in order
@@ -536,6 +606,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     go (default ``out``; counterexamples and the bridge's runs always go under ``out``).
     """
     from seeupo.core.config import PRESETS
+    from seeupo.experiments.gradient_check import run_gradient
+    from seeupo.experiments.gradient_check import summarise as summarise_gradient
     from seeupo.experiments.searches import algorithm_searches
     from seeupo.experiments.verify import algorithm_rows, apply_counterexamples, exact_refusal, verify
 
@@ -545,12 +617,16 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     config = PRESETS[name]
     refusal = exact_refusal(config, budget.verify.group_size)  # registered with exact=False, or a failed contract check
     exact = refusal is None
-    cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed)
+    consulted = committed_counterexamples(name)
+    cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed,
+                              algorithm_counterexamples=budget.verify.algorithm_counterexamples + consulted["folders"])
     if not exact and "sampled" not in cfg.modes:  # the only cells it can have
         cfg = dataclasses.replace(cfg, modes=("sampled",))
     budget = dataclasses.replace(budget, verify=cfg)
     n_searches = len(algorithm_searches(name)) if exact else 0
     verify_report: dict[str, Any] | None = None
+    gradient: dict[str, Any] = {"skipped": "not reached"}
+    gradient_families: list[dict[str, Any]] = []
     searches: list[dict[str, Any]] = []
     bridge_result: dict[str, Any] = {"skipped": "--no-bridge"} if not bridge else {"skipped": "not reached"}
     partial: str | None = None
@@ -559,12 +635,23 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted) if main_thread else None
     failed = False
     try:
-        cal = calibration or calibrate(name, cfg, exact)
+        cal = calibration or calibrate(name, cfg, exact, budget.gradient)
         budget = fit(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
         cfg = budget.verify
         estimate = plan(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
         say(plan_text(estimate))
         deadline = None if budget.seconds is None else time.monotonic() + budget.seconds - (time.perf_counter() - start)
+        t = time.perf_counter()
+        if exact:
+            g = budget.gradient
+            say(f"[0/3] gradient: expected update and plain ascent on {len(g.families)} agentic families x "
+                f"{len(g.turns)} turn counts, {g.instances} problems each")
+            gradient = run_gradient(name, g, out, plugins, say, gradient_families)
+        else:
+            gradient = {"skipped": refused_label(refusal) if refusal else "the advantage estimator has no exact mode"}
+            say(f"[0/3] gradient: skipped ({gradient['skipped']})")
+        times["gradient"] = time.perf_counter() - t
+        _stop_if_signalled()
         t = time.perf_counter()
         say(f"[1/3] verify: {name} on {cfg.instances} random problems per cell")
         verify_report = verify(cfg, progress=say)
@@ -604,6 +691,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        if gradient_families and "skipped" in gradient:  # stopped during the gradient part: what finished
+            gradient = summarise_gradient(gradient_families, budget.gradient, times.get("gradient", 0.0))
         if verify_report is None:
             verify_report = {"config": dataclasses.asdict(cfg), "table1": [], "cells": [], "counterexamples": [],
                              "partial": True, "seconds": 0.0}
@@ -630,6 +719,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             "exact_mode": exact,
             "exact_refused": refusal,
             "monotonicity": mono,
+            "committed_counterexamples": consulted["words"],
+            "gradient": gradient,
             "verify": verify_report,
             "table_row": {"advantage": row.advantage, "update": row.update, "level": row.level},
             "searches": searches,
@@ -672,7 +763,8 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("moved_aside"):
         lines += ["An earlier check's files were moved aside (--overwrite deletes nothing): "
                   + ", ".join(f"`{m}`" for m in report["moved_aside"]) + ".", ""]
-    lines += ["## Verdict", ""]
+    lines += ["## Verdict", "", f"Committed counterexamples: {report.get('committed_counterexamples', 'not recorded')}.", ""]
+    lines += gradient_markdown(report.get("gradient", {"skipped": "not run"}), report.get("plugins", []), report["out"]) + [""]
     if mono["measured"] is None:
         lines += ["Exact monotonicity: not measured (" + mono["evidence"][0] + ")."]
     else:
@@ -718,6 +810,71 @@ def markdown(report: dict[str, Any]) -> str:
               + (f"; estimated {planned['total']:.0f} s" if planned.get("total") else "")
               + (f"; budget {planned['budget']:.0f} s" if planned.get("budget") else "") + ".", ""]
     return "\n".join(lines)
+
+
+def gradient_headline(gradient: dict[str, Any]) -> str:
+    """The gradient verdict in one line: the expected update and where plain ascent with it ends."""
+    if "skipped" in gradient:
+        return f"expected update: not measured ({gradient['skipped']})"
+    worst = _worst_family(gradient)
+    where = f"{worst['family']}, T={worst['turns']}"
+    turn = worst["worst"].get("downhill_turn")
+    detail = (f" at turn {turn} (cosine {worst['worst']['turn_cosines'][turn]:.3f}; {where})" if turn is not None
+              else f" ({where}; whole cosine {_num(worst['worst']['cosine'])})" if gradient["direction"] != "unbiased" else "")
+    words = f"expected update {gradient['direction']}{detail}"
+    if gradient.get("fixed_point"):
+        words += f"; plain exact ascent with it {gradient['fixed_point']}"
+    return words
+
+
+def _num(x: float | None) -> str:
+    return "undefined" if x is None else f"{x:.3f}"
+
+
+def _worst_family(gradient: dict[str, Any]) -> dict[str, Any]:
+    """The family entry whose case decided the gradient verdict (the lowest cosine among the worst verdict's)."""
+    judged = [f for f in gradient["families"] if f["verdict"] == gradient["direction"]]
+    return min(judged, key=lambda f: f["worst"]["cosine"] if f["worst"]["cosine"] is not None else 1.0)
+
+
+def gradient_markdown(gradient: dict[str, Any], plugins: list[str], out: str) -> list[str]:
+    """The gradient verdict's lines of check.md: the headline, then one row per family and number of turns."""
+    from seeupo.tabular.gradient import DIRECTIONS
+
+    if "skipped" in gradient:
+        return [f"Gradient verdict (agentic problems): not measured ({gradient['skipped']})."]
+    c = gradient["config"]
+    lines = [f"Gradient verdict, exact, on agentic problems: **{gradient['direction']}**. "
+             f"{DIRECTIONS.get(gradient['direction'], '')}."]
+    if gradient.get("fixed_point"):
+        fixed = [f for f in gradient["families"] if "fixed_point" in f]
+        short = sum(f["fixed_point"]["counts"].get("stops below J*", 0) for f in fixed)
+        total = sum(f["instances"] for f in fixed)
+        lines += [f"Plain exact ascent with the expected update (lr {c['ascent_lr']:g}, at most {c['ascent_steps']} steps, from "
+                  f"the uniform policy; no optimizer, no clipping): **{gradient['fixed_point']}**"
+                  + (f" on {short} of {total} problems" if short else "") + "."]
+    lines += ["", f"{c['instances']} random problems per family and number of turns, {c['starts'] + 1} start policies each "
+              f"(uniform and random), G = {c['group_size']}, rewards on {c['reward_levels']} levels; tolerance "
+              f"{gradient['tolerance']:g} (float64). The direction is the estimator's, "
+              "`E[sum_t A_t grad log pi(a_t|h_t)]` against `grad J`, before the loss's clipping and aggregation.", "",
+              "| Family | T | Expected update (worst case) | Cases | Worst case: cosine (per turn) | Plain ascent |",
+              "|---|---|---|---|---|---|"]
+    flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in plugins)
+    for f in gradient["families"]:
+        w = f["worst"]
+        cases = ", ".join(f"{v} {n}" for v, n in f["counts"].items())
+        per_turn = ", ".join(_num(x) for x in w["turn_cosines"])
+        ascent = "—"
+        if "fixed_point" in f:
+            fp = f["fixed_point"]
+            ascent = (f"{fp['verdict']} ({', '.join(f'{v} {n}' for v, n in fp['counts'].items())}; worst J "
+                      f"{fp['worst']['J_start']:.3f} -> {fp['worst']['J_end']:.3f}, J* {fp['worst']['J_star']:.3f})")
+        file = f" `{f['file']}`" if f.get("file") else ""
+        lines.append(f"| {f['text']} | {f['turns']} | {f['verdict']}{file} | {cases} | {_num(w['cosine'])} ({per_turn}) | {ascent} |")
+    files = [f["file"] for f in gradient["families"] if f.get("file")]
+    if files:
+        lines += ["", f"Each worst case replays: `seeupo replay {out}/{files[0]}{flags}` (one file per row)."]
+    return lines
 
 
 def bridge_markdown(bridge: dict[str, Any]) -> list[str]:
@@ -790,9 +947,10 @@ def summary_line(report: dict[str, Any]) -> str:
     """One line for the terminal and for tables of several algorithms."""
     mono = report["monotonicity"]
     prefix = f"{report['algorithm']}" + (f" (partial: stopped by {report['partial']})" if report.get("partial") else "")
+    gradient = gradient_headline(report.get("gradient", {"skipped": "not run"}))
     if mono["measured"] is None:
-        return f"{prefix}: " + mono["evidence"][0]
-    return f"{prefix}: {mono['measured']}; " + "; ".join(mono["evidence"])
+        return f"{prefix}: {gradient}; " + mono["evidence"][0]
+    return f"{prefix}: {mono['measured']}; {gradient}; " + "; ".join(mono["evidence"])
 
 
 # ----------------------------------------------------------------------------------- compare
@@ -837,7 +995,7 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
             exact = exact_refusal(PRESETS[n], budget.verify.group_size) is None
             searches = len(algorithm_searches(n)) if exact else 0
             cfg = dataclasses.replace(budget.verify, algorithms=(n,), plugins=plugins, seed=seed)
-            cals[n] = calibrate(n, cfg, exact)
+            cals[n] = calibrate(n, cfg, exact, budget.gradient)
             mine = dataclasses.replace(budget, verify=cfg, seconds=share)
             fitted[n] = fit(n, mine, cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
             estimates[n] = plan(n, fitted[n], cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)

@@ -50,6 +50,9 @@ LIMITS: dict[str, tuple[float, float]] = {
 }
 MAX_STEPS = 100_000
 MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per iteration
+#: A search shrinks a case it found for at most this long (then keeps the smallest failing case so far): a
+#: case that shrinks slowly (a plugin whose updates are dear) would otherwise take minutes past any plan.
+SHRINK_SECONDS = 30.0
 
 
 @dataclass
@@ -320,6 +323,7 @@ def search(
     condition: Callable[[Case], bool] | None = None,
     deadline: float | None = None,
     keep_on_interrupt: bool = False,
+    shrink_seconds: float | None = SHRINK_SECONDS,
 ) -> SearchResult:
     """Search the hypothesis strategy ``cases`` for a case where ``J`` drops by more than ``tol``.
 
@@ -333,15 +337,21 @@ def search(
     ``keep_on_interrupt`` Ctrl-C / SIGTERM (``KeyboardInterrupt``) stops it too instead of
     propagating: either way the last failing case seen is recorded (not shrunk to the end, said in
     its ``search`` info) so that no counterexample found is lost, and ``stopped`` says why
-    (``"budget"`` or ``"interrupted"``); the caller then stops on an interrupt.
+    (``"budget"`` or ``"interrupted"``); the caller then stops on an interrupt. Shrinking a case
+    found stops after ``shrink_seconds`` too (``None``: no limit but the deadline), the same way.
+
+    Hypothesis's own messages (such as its warning about slow shrinking, which asks the reader to
+    report to hypothesis) are kept from the terminal; the result says what happened instead.
     """
     import time
 
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
+    from hypothesis.reporting import with_reporter
 
     count = moved_count = 0
     last_failing: Case | None = None
+    shrink_until: float | None = None
 
     def default_test(case: Case) -> bool:
         nonlocal moved_count
@@ -352,13 +362,16 @@ def search(
     test = condition or default_test
 
     def counted(case: Case) -> bool:
-        nonlocal count, last_failing
-        if deadline is not None and time.monotonic() > deadline:
+        nonlocal count, last_failing, shrink_until
+        now = time.monotonic()
+        if (deadline is not None and now > deadline) or (shrink_until is not None and now > shrink_until):
             raise _OutOfTime
         count += 1
         failing = test(case)
         if failing:
             last_failing = case
+            if shrink_until is None and shrink_seconds is not None:
+                shrink_until = time.monotonic() + shrink_seconds
         return failing
 
     config = settings(
@@ -367,7 +380,8 @@ def search(
     )
     info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol}
     try:
-        case = find(cases, counted, settings=config, random=random.Random(seed))
+        with with_reporter(lambda _message: None):
+            case = find(cases, counted, settings=config, random=random.Random(seed))
     except NoSuchExample:
         return SearchResult(None, count, seed, -1 if condition else moved_count)
     except (_OutOfTime, KeyboardInterrupt) as stop:

@@ -221,3 +221,109 @@ def random_tree_mdp(
         n *= a * o
     return TreeMDP(rho, tuple(actions_per_turn), tuple(obs_per_turn), obs, rew, term, gamma)
 
+
+
+def stop_or_continue(
+    stop_reward: float, continue_reward: float, final_rewards: tuple[float, ...] | list[float]
+) -> TreeMDP:
+    """The smallest agentic problem: stop now, or take an intermediate reward and act once more.
+
+    Turn 0 has two actions: ``0`` stops (reward ``stop_reward``, the episode ends) and ``1``
+    continues (reward ``continue_reward``); turn 1 then chooses among ``len(final_rewards)``
+    actions, action ``k`` earning ``final_rewards[k]``. One instance, one initial state,
+    deterministic outcomes; ``J* = max(stop_reward, continue_reward + max(final_rewards))``.
+    Turn counts vary within a group (1 or 2 turns), the case that separates per-turn
+    estimators (docs/tutorial.md, the agentic chapter).
+    """
+    finals = torch.as_tensor(list(final_rewards), dtype=DTYPE)
+    k = finals.numel()
+    if k < 1:
+        raise ValueError("final_rewards needs at least one action")
+    rewards = [torch.tensor([stop_reward, continue_reward], dtype=DTYPE).reshape(1, 1, 2, 1),
+               finals.repeat(2).reshape(1, 2, k, 1)]  # turn-1 history 0 follows 'stop': never reached
+    terminal = [torch.tensor([True, False]).reshape(1, 1, 2, 1), torch.ones(1, 2, k, 1, dtype=torch.bool)]
+    obs = [torch.ones(1, 1, 2, 1, dtype=DTYPE), torch.ones(1, 2, k, 1, dtype=DTYPE)]
+    return TreeMDP(torch.ones(1, 1, dtype=DTYPE), (2, k), (1, 1), obs, rewards, terminal)
+
+
+#: The agentic problem families (:func:`random_agentic_mdp`'s settings), named in verify cells,
+#: searches and check reports. In each, action 0 of every turn but the last stops the episode, so
+#: the agent chooses when to stop and turn counts vary within a group.
+AGENTIC_FAMILIES: dict[str, dict[str, object]] = {
+    # the agent decides when to stop; the reward comes when the episode ends
+    "stop": dict(intermediate_rewards=False, observations=1),
+    # ... and every turn that continues earns an intermediate reward
+    "intermediate": dict(intermediate_rewards=True, observations=1),
+    # ... and each call returns one of two tool results at random (stochastic observations)
+    "tool": dict(intermediate_rewards=True, observations=2),
+    # ... with actions of 2 tokens from a vocabulary of 2 (the stop action is the token sequence 0 0)
+    "tokens": dict(intermediate_rewards=True, observations=1, tokens=(2, 2)),
+}
+
+#: What each family models, in words (reports and ``seeupo search --list``).
+AGENTIC_FAMILY_TEXT: dict[str, str] = {
+    "stop": "the agent chooses when to stop, reward at the end",
+    "intermediate": "the agent chooses when to stop, intermediate rewards",
+    "tool": "the agent chooses when to stop, intermediate rewards, stochastic tool results",
+    "tokens": "the agent chooses when to stop, intermediate rewards, actions of 2 tokens",
+}
+
+
+def random_agentic_mdp(
+    num_instances: int,
+    num_turns: int,
+    *,
+    actions: int = 2,
+    observations: int = 1,
+    intermediate_rewards: bool = True,
+    tokens: tuple[int, int] | None = None,
+    reward_levels: int | None = None,
+    generator: torch.Generator | None = None,
+) -> TreeMDP:
+    """Random agentic problems: the agent stops when it chooses, with intermediate rewards and tool results.
+
+    At every turn but the last, action 0 stops: the episode ends with a final reward drawn for
+    that history. Any other action continues: it earns an intermediate reward (drawn; 0 without
+    ``intermediate_rewards``) and the environment answers with one of ``observations`` results
+    drawn from a random kernel (a tool's result; 1 = deterministic). At the last turn every
+    action ends the episode with a drawn final reward. ``tokens=(V, L)`` spells each action as
+    ``L`` tokens from a vocabulary of ``V`` (``actions`` is then ``V**L``; the stop action is
+    the all-zero sequence). Undiscounted; rewards uniform on [0, 1] or on ``reward_levels``
+    levels. :data:`AGENTIC_FAMILIES` names the settings the toolkit checks.
+    """
+    if num_turns < 1:
+        raise ValueError(f"num_turns must be >= 1, got {num_turns}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    if tokens is not None:
+        actions = tokens[0] ** tokens[1]
+    if actions < 2:
+        raise ValueError(f"an agentic problem needs at least 2 actions (stop and continue), got {actions}")
+    rho = torch.ones(num_instances, 1, dtype=DTYPE)
+    obs, rew, term = [], [], []
+    n = 1
+    for t in range(num_turns):
+        last = t == num_turns - 1
+        o = 1 if last else observations
+        shape = (num_instances, n, actions, o)
+        ends = torch.ones(shape, dtype=torch.bool)
+        if not last:
+            ends[:, :, 1:, :] = False
+        final = _random_rewards((num_instances, n, actions, 1), reward_levels, gen).expand(shape)
+        step = _random_rewards((num_instances, n, actions, 1), reward_levels, gen).expand(shape)
+        r = torch.where(ends, final, step if intermediate_rewards else torch.zeros(shape, dtype=DTYPE))
+        obs.append(_random_simplex(shape, gen))
+        rew.append(r.clone())
+        term.append(ends)
+        n *= actions * o
+    token_spec = (tokens,) * num_turns if tokens is not None else None
+    return TreeMDP(rho, (actions,) * num_turns, tuple(1 if t == num_turns - 1 else observations for t in range(num_turns)),
+                   obs, rew, term, 1.0, token_spec)
+
+
+def random_family(family: str, num_instances: int, num_turns: int, *, reward_levels: int | None = None,
+                  generator: torch.Generator | None = None) -> TreeMDP:
+    """Random problems of the named agentic family (:data:`AGENTIC_FAMILIES`)."""
+    if family not in AGENTIC_FAMILIES:
+        raise ValueError(f"unknown problem family {family!r}; expected one of {list(AGENTIC_FAMILIES)}")
+    return random_agentic_mdp(num_instances, num_turns, reward_levels=reward_levels, generator=generator,
+                              **AGENTIC_FAMILIES[family])  # type: ignore[arg-type]

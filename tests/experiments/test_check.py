@@ -148,11 +148,9 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
     assert "(partial: stopped by SIGTERM)" in text and "**Partial report**" in text and found[0]["file"] in text
     assert report["monotonicity"]["measured"] == "J decreased"
 
-    # --overwrite moves the earlier files aside, and a budget is kept (loosely: startup is not in it)
-    start = time.perf_counter()
+    # --overwrite moves the earlier files aside (the budget's logic is tested apart, with no clock: test_fit_*)
     again = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
                    "--budget", "20", "--out", "out", "--overwrite", cwd=tmp_path)
-    seconds = time.perf_counter() - start
     assert again.returncode == 0, again.stderr  # whatever the verdict, without --fail-on-decrease
     assert "moving the earlier check's files aside" in again.stderr
     previous = list((tmp_path / "out").glob("previous-*"))
@@ -162,8 +160,6 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
     report = json.loads((tmp_path / "out/check.json").read_text())
     assert f"{previous[0].name}/counterexamples" in report["moved_aside"]
     assert previous[0].name in (tmp_path / "out/check.md").read_text()
-    assert report["seconds"] <= 1.5 * 20 + 15, report["seconds"]
-    assert seconds <= 1.5 * 20 + 45, seconds  # + starting Python and the plugin (a loaded CI machine)
 
 
 def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
@@ -272,3 +268,64 @@ def test_check_status(run, checked, fail_on_decrease, status):
     from seeupo.cli import check_status
 
     assert check_status(run, checked, fail_on_decrease) == status
+
+
+# ---- the budget's logic, with a calibration given (no clock: the test holds on any machine)
+
+
+@pytest.mark.parametrize("which, seconds", [("QUICK", None), ("DEFAULT", None), ("DEFAULT", 600.0)])
+def test_fit_brings_the_estimate_within_the_budget(which, seconds):
+    """Calibrated as measured on an idle 2-core machine (grpo): each budget's sizes fit it."""
+    from seeupo.experiments import check
+
+    start = getattr(check, which)
+    if seconds is not None:
+        start = start.__class__(**{**start.__dict__, "seconds": seconds})
+    cal = check.Calibration(iteration=0.3, search_case=0.15, seconds=2.0, gradient_call=0.01)
+    budget = check.fit("grpo", start, cal, exact=True, bridge=True, searches=5)
+    estimate = check.plan("grpo", budget, cal, exact=True, bridge=True, searches=5)
+    assert estimate["total"] <= start.seconds + 1e-9, estimate
+    assert estimate["gradient"] == pytest.approx(cal.gradient_call * estimate["gradient_calls"])
+    assert budget.max_examples <= start.max_examples and budget.verify.iterations <= start.verify.iterations
+
+
+def test_fit_never_grows_the_sizes_and_keeps_the_minimums():
+    from seeupo.experiments.check import DEFAULT, MIN_EXAMPLES, MIN_ITERATIONS, Calibration, fit
+
+    slow = Calibration(iteration=50.0, search_case=50.0, seconds=2.0, gradient_call=0.01)
+    budget = fit("grpo", DEFAULT, slow, exact=True, bridge=False, searches=5)
+    assert budget.max_examples == MIN_EXAMPLES and budget.verify.iterations == MIN_ITERATIONS
+    fast = Calibration(iteration=1e-4, search_case=1e-4, seconds=0.1, gradient_call=1e-4)
+    budget = fit("grpo", DEFAULT, fast, exact=True, bridge=False, searches=5)
+    assert budget.max_examples == DEFAULT.max_examples and budget.verify.iterations == DEFAULT.verify.iterations
+
+
+# ---- the gradient part
+
+
+def test_check_leads_with_the_gradient_verdict_and_its_cases_replay(tmp_path):
+    """The biased per-turn estimator of examples/algorithms points downhill and plain ascent with it stops short."""
+    from seeupo.experiments.gradient_check import GradientConfig
+
+    plugin = str(ROOT / "examples/algorithms/turn_mean_rtg.py")
+    done = seeupo("check", "turn_mean_rtg", "--plugin", plugin, "--quick", "--no-bridge", "--no-progress",
+                  "--max-examples", "2", "--out", "out", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    gradient = report["gradient"]
+    assert gradient["direction"] == "points downhill" and gradient["fixed_point"] == "stops below J*"
+    assert len(gradient["families"]) == len(GradientConfig().families) * len(GradientConfig().turns)
+    text = (tmp_path / "out/check.md").read_text()
+    verdict = text.split("## Verdict")[1]
+    assert verdict.index("Gradient verdict") < verdict.index("Exact monotonicity")
+    assert "expected update points downhill" in done.stdout
+    files = [str(tmp_path / "out" / f["file"]) for f in gradient["families"]]
+    replayed = seeupo("replay", *files, "--plugin", plugin, cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert replayed.stdout.count("reproduced: expected update") == len(files)
+
+
+def test_a_gradient_part_stopped_before_any_family_gives_no_verdict():
+    from seeupo.experiments.gradient_check import GradientConfig, summarise
+
+    assert "skipped" in summarise([], GradientConfig(), 0.0) and "direction" not in summarise([], GradientConfig(), 0.0)

@@ -1,0 +1,262 @@
+"""The gradient part of ``seeupo check``: an estimator's expected update and its fixed point on agentic problems.
+
+For every agentic family (:data:`seeupo.tabular.problems.AGENTIC_FAMILIES`: the agent stops when
+it chooses, intermediate rewards, stochastic tool results, token actions) and number of turns,
+on random instances, exactly (:mod:`seeupo.tabular.gradient`):
+
+* the **direction**: the estimator's expected update at several start policies (uniform and
+  random) against the policy gradient, per turn and whole; the family's verdict is the worst
+  case's, and that case is saved (``gradient/NAME_FAMILY.json``, format :data:`FORMAT`) so that
+  ``seeupo replay`` recomputes it;
+* the **fixed point**: plain exact ascent with the expected direction from the uniform policy
+  (no optimizer, no clipping): does it reach ``J*``, and if not, where does it stop.
+
+These are properties of the advantage estimator alone (module docstring of
+:mod:`seeupo.tabular.gradient`): the update's clipping, optimizer and schedule are judged by the
+monotonicity searches and the verify cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from seeupo.core.config import AlgorithmConfig, PRESETS
+from seeupo.tabular.gradient import (
+    DIRECTIONS, FIXED_POINTS, REL_TOL, STATIONARY, gradient_directions, plain_ascent, worst,
+)
+from seeupo.tabular.instances import policy_from_dict, problem_from_dict, problem_to_dict
+from seeupo.tabular.policies import TabularPolicy
+from seeupo.tabular.problems import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT, DTYPE, TreeMDP, random_family
+from seeupo.validation import InputError, as_object, check_keys, dataclass_from_dict, dumps, read_json
+
+FORMAT = "seeupo-gradient/1"
+
+
+@dataclass(frozen=True)
+class GradientConfig:
+    """Sizes of the gradient part.
+
+    families: the agentic families checked; turns: their numbers of turns (T up to 3).
+    instances: random problems per family and number of turns; starts: random start policies
+      per instance (logits drawn with scale 1), besides the uniform one.
+    group_size: ``G`` of a group estimator; reward_levels: rewards on that many levels in [0, 1].
+    ascent_steps, ascent_lr: plain exact ascent from the uniform policy (0 steps: no fixed point);
+      ascent_turns: the numbers of turns whose instances it climbs (the dearest part).
+    """
+
+    families: tuple[str, ...] = tuple(AGENTIC_FAMILIES)
+    turns: tuple[int, ...] = (2, 3)
+    instances: int = 6
+    starts: int = 2
+    group_size: int = 4
+    reward_levels: int = 3
+    ascent_steps: int = 300
+    ascent_lr: float = 10.0
+    ascent_turns: tuple[int, ...] = (2,)
+    seed: int = 0
+
+
+QUICK = GradientConfig(instances=3, starts=1, ascent_steps=150)
+
+
+def family_problems(cfg: GradientConfig, family: str, turns: int) -> TreeMDP:
+    """The random instances of one family and number of turns (seeded by ``cfg.seed``, the family and the turns)."""
+    index = list(AGENTIC_FAMILIES).index(family)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + 10 * index + turns)
+    return random_family(family, cfg.instances, turns, reward_levels=cfg.reward_levels, generator=gen)
+
+
+def start_policies(problem: TreeMDP, cfg: GradientConfig, family: str, turns: int) -> list[list[torch.Tensor]]:
+    """The uniform policy and ``cfg.starts`` random ones (softmax of logits with scale 1), per turn ``[I, N_t, A_t]``."""
+    gen = torch.Generator().manual_seed(cfg.seed * 7919 + list(AGENTIC_FAMILIES).index(family) * 31 + turns)
+    out = [TabularPolicy(problem).action_probs()]
+    for _ in range(cfg.starts):
+        out.append(TabularPolicy(problem, init_scale=1.0, generator=gen).action_probs())
+    return [[p.detach() for p in probs] for probs in out]
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` with every NaN (a cosine where a gradient is zero) as ``None``: strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def _policy(problem: TreeMDP, probs: list[torch.Tensor]) -> TabularPolicy:
+    policy = TabularPolicy(problem)
+    policy.set_action_probs(probs)
+    return policy
+
+
+def check_family(algorithm: AlgorithmConfig, cfg: GradientConfig, family: str, turns: int) -> dict[str, Any]:
+    """Directions and fixed points of one family and number of turns; the worst case with its instance."""
+    start = time.perf_counter()
+    algorithm = algorithm.replace(group_size=cfg.group_size)
+    problem = family_problems(cfg, family, turns)
+    counts = {v: 0 for v in [*DIRECTIONS, STATIONARY]}
+    worst_case: dict[str, Any] | None = None
+    order = [*DIRECTIONS, STATIONARY]
+    for k, probs in enumerate(start_policies(problem, cfg, family, turns)):
+        for i, d in enumerate(gradient_directions(problem, _policy(problem, probs), algorithm)):
+            counts[d.verdict] += 1
+            rank = (order.index(d.verdict) if d.verdict != STATIONARY else -1, -(d.cosine if not math.isnan(d.cosine) else 1))
+            if worst_case is None or rank > worst_case["rank"]:
+                worst_case = {"rank": rank, "instance": i, "start": k, "probs": [p[i: i + 1] for p in probs],
+                              "direction": _json_ready(dataclasses.asdict(d))}
+    assert worst_case is not None
+    result: dict[str, Any] = {
+        "family": family, "turns": turns, "text": AGENTIC_FAMILY_TEXT[family], "instances": cfg.instances,
+        "starts": cfg.starts + 1, "counts": {k: v for k, v in counts.items() if v},
+        "verdict": worst([v for v, n in counts.items() for _ in range(n)]),
+        "worst": {"instance": worst_case["instance"], "start": "uniform" if worst_case["start"] == 0 else f"random {worst_case['start']}",
+                  **worst_case["direction"]},
+        "_case": (problem.instance(worst_case["instance"]), worst_case["probs"]),
+    }
+    if cfg.ascent_steps and turns in cfg.ascent_turns:
+        ascent = plain_ascent(problem, algorithm, lr=cfg.ascent_lr, steps=cfg.ascent_steps)
+        fixed = {v: ascent.verdict.count(v) for v in FIXED_POINTS if ascent.verdict.count(v)}
+        gaps = (ascent.J_star - ascent.J[-1]).tolist()
+        i = max(range(cfg.instances), key=lambda j: gaps[j])
+        result["fixed_point"] = {
+            "counts": fixed, "steps": ascent.steps, "lr": ascent.lr, "gap_tol": ascent.gap_tol,
+            "verdict": next((v for v in ("stops below J*", "still improving") if v in fixed), "reaches J*"),
+            "worst": {"instance": i, "J_start": float(ascent.J[0, i]), "J_end": float(ascent.J[-1, i]),
+                      "J_star": float(ascent.J_star[i]), "first_turn_probs": ascent.probs[0][i, 0].tolist()},
+        }
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def run_gradient(name: str, cfg: GradientConfig, out: Path | None, plugins: tuple[str, ...] = (),
+                 say: Callable[[str], None] = print, families: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The gradient part of ``check name``: every family and number of turns; the worst case of each saved under ``out``.
+
+    Each family's entry is appended to ``families`` as it finishes (an interrupted check reports
+    those: :func:`summarise`). Returns :func:`summarise` of them all.
+    """
+    start = time.perf_counter()
+    algorithm = PRESETS[name]
+    families = [] if families is None else families
+    for family in cfg.families:
+        for turns in cfg.turns:
+            entry = check_family(algorithm, cfg, family, turns)
+            problem, probs = entry.pop("_case")
+            if out is not None:
+                path = out / "gradient" / f"{name}_{family}_T{turns}.json"
+                save_case(path, problem, probs, algorithm.replace(group_size=cfg.group_size), plugins, entry["worst"])
+                entry["file"] = str(path.relative_to(out))
+            families.append(entry)
+            say(f"gradient {family} T={turns}: {entry['verdict']}" + (
+                f"; ascent {entry['fixed_point']['verdict']}" if "fixed_point" in entry else "") + f" ({entry['seconds']:.1f} s)")
+    return summarise(families, cfg, time.perf_counter() - start)
+
+
+def summarise(families: list[dict[str, Any]], cfg: GradientConfig, seconds: float) -> dict[str, Any]:
+    """The gradient part's report from its finished families: ``{"direction", "fixed_point", "families", ...}``.
+
+    ``direction`` is the worst over families (:func:`seeupo.tabular.gradient.worst`); ``fixed_point``
+    ``"stops below J*"`` if any instance's ascent stopped short, ``"still improving"`` if any was
+    inconclusive, else ``"reaches J*"`` (``None`` without ascent). No family finished: ``{"skipped": ...}``,
+    never a verdict.
+    """
+    if not families:
+        return {"skipped": "no family finished (the check was stopped first)"}
+    fixed = [f["fixed_point"]["verdict"] for f in families if "fixed_point" in f]
+    planned = len(cfg.families) * len(cfg.turns)
+    return {
+        "direction": worst([f["verdict"] for f in families]),
+        "fixed_point": next((v for v in ("stops below J*", "still improving") if v in fixed), "reaches J*" if fixed else None),
+        "families": families,
+        "complete": len(families) == planned,
+        "config": dataclasses.asdict(cfg),
+        "tolerance": REL_TOL,
+        "seconds": seconds,
+    }
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def save_case(path: Path, problem: TreeMDP, probs: list[torch.Tensor], algorithm: AlgorithmConfig,
+              plugins: tuple[str, ...], recorded: dict[str, Any]) -> None:
+    """A replayable gradient case: the instance, the start policy, the algorithm, what was measured."""
+    data = {
+        "format": FORMAT,
+        "instance": problem_to_dict(problem),
+        "start": {"action_probs": [p[0].tolist() for p in probs]},
+        "algorithm": algorithm.to_dict(),
+        "recorded": {k: recorded[k] for k in ("verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn")},
+    } | ({"plugins": list(plugins)} if plugins else {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(data, indent=1) + "\n")
+
+
+@dataclass
+class GradientCase:
+    """A gradient case read back from its file (:func:`load_case`)."""
+
+    problem: TreeMDP
+    start: list[torch.Tensor]
+    algorithm: AlgorithmConfig
+    recorded: dict[str, Any]
+    plugins: tuple[str, ...] = ()
+
+
+def is_gradient_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a gradient case (the format field), read cheaply; errors are left to the loader."""
+    try:
+        return f'"format": "{FORMAT}"' in Path(path).read_text()[:200]
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def load_case(path: str | Path) -> GradientCase:
+    """Read and validate a gradient case file; errors name the file and the field (:class:`InputError`)."""
+    from seeupo.experiments.counterexamples import LIMITS, _recorded_plugins
+
+    try:
+        data = as_object(read_json(path), None)
+        if data.get("format") != FORMAT:
+            raise InputError("format", f"not a gradient case file (expected \"format\": \"{FORMAT}\")")
+        check_keys(data, {"format", "instance", "start", "algorithm", "recorded"}, {"plugins"})
+        plugins = _recorded_plugins(data.get("plugins", []))
+        try:
+            problem = problem_from_dict(data["instance"])
+        except InputError as err:
+            raise err.inside("instance") from None
+        try:
+            start = policy_from_dict(data["start"], problem)
+        except InputError as err:
+            raise err.inside("start") from None
+        algorithm = dataclass_from_dict(AlgorithmConfig, data["algorithm"], "algorithm", LIMITS)
+        recorded = as_object(data["recorded"], "recorded")
+        check_keys(recorded, {"verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn"}, set(), "recorded")
+        return GradientCase(problem, start, algorithm, recorded, plugins)
+    except InputError as err:
+        raise err.in_file(path) from None
+
+
+def replay_case(case: GradientCase) -> tuple[bool, dict[str, Any]]:
+    """Recompute a gradient case: ``(reproduces, recomputed)``; it reproduces when the verdict is the same and
+    the cosines agree to 1e-9."""
+    d = dataclasses.asdict(gradient_directions(case.problem, _policy(case.problem, [p.to(DTYPE) for p in case.start]),
+                                               case.algorithm)[0])
+
+    def same(a: Any, b: Any) -> bool:
+        a, b = float("nan") if a is None else a, float("nan") if b is None else b
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9
+
+    ok = (d["verdict"] == case.recorded["verdict"] and same(d["cosine"], case.recorded["cosine"])
+          and all(same(a, b) for a, b in zip(d["turn_cosines"], case.recorded["turn_cosines"])))
+    return ok, d

@@ -1,0 +1,262 @@
+"""The gradient verdict: where an advantage estimator's expected update points, and where it leads.
+
+Two exact measurements of an estimator on a tabular problem with independent parameters
+(a table of logits per turn, docs/method.md §1):
+
+* **direction** (:func:`gradient_directions`): the expected update direction at a policy,
+  ``g = E[sum_t sum_j A_tj grad log pi(y_j | h_t, y_<j)]``, computed from the exact-mode batch
+  (every path weighted by its probability, a group estimator's group-mates enumerated:
+  :func:`seeupo.tabular.rollout.exact_advantages`), against the true policy gradient
+  ``grad J`` (autograd through the exact ``J``), per turn (the turn's parameters) and whole.
+  This is the direction of the policy-gradient estimator itself, before the loss's aggregation
+  and clipping: at the sampling policy every ratio is 1, so a clipped surrogate's first
+  gradient is this one, rescaled per row by the aggregation's positive coefficients (the
+  same for every row of a turn in these problems).
+* **fixed point** (:func:`plain_ascent`): plain exact ascent ``theta <- theta + lr * g(theta)``
+  with the expected direction recomputed at every step (no optimizer, no clipping, no
+  sampling noise): where the estimator itself leads, apart from any optimizer's choices.
+
+:func:`classify` turns a direction into one of :data:`DIRECTIONS`. Tolerances are set by float64
+noise: the quantities are sums of at most millions of float64 products (relative error near
+1e-13), so :data:`REL_TOL` = 1e-9 leaves four orders of magnitude on each side; a cosine within
+:data:`REL_TOL` of 1 is parallel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from seeupo.core.config import AlgorithmConfig
+from seeupo.tabular.exact import evaluate, optimal
+from seeupo.tabular.policies import TabularPolicy
+from seeupo.tabular.problems import DTYPE, TreeMDP
+from seeupo.tabular.rollout import exact_advantages, enumerate_paths
+
+Tensor = torch.Tensor
+
+#: Relative tolerance of every comparison here (module docstring: float64 noise).
+REL_TOL = 1e-9
+
+#: The direction verdicts, best first (a set of cases reports its worst).
+DIRECTIONS: dict[str, str] = {
+    "unbiased": "the expected update is a positive multiple of the policy gradient (every turn by the same factor)",
+    "unbiased per turn up to a positive scale": "each turn's expected update is a positive multiple of that turn's "
+                                                "policy gradient, by factors that differ between turns",
+    "biased but uphill": "the expected update is not parallel to the policy gradient, but no turn's points downhill",
+    "no expected signal": "the expected update is zero (within tolerance) where the policy gradient is not",
+    "points downhill": "some turn's expected update (or the whole) has a negative inner product with the policy gradient: "
+                       "an update of that turn alone lowers J to first order",
+}
+#: A case at a stationary policy (``grad J = 0`` within tolerance) says nothing about a direction.
+STATIONARY = "stationary start"
+
+#: Where plain exact ascent with the expected direction ends.
+FIXED_POINTS: dict[str, str] = {
+    "reaches J*": "plain exact ascent ended within gap_tol of J*",
+    "stops below J*": "plain exact ascent stopped improving short of J* (its expected update vanishes or points "
+                      "away from J* there)",
+    "still improving": "plain exact ascent was short of J* and still closing the gap when its steps ran out "
+                       "(inconclusive)",
+}
+
+
+def _turn_parameters(policy: TabularPolicy) -> list[list[Tensor]]:
+    """The independent policy's logit tables grouped by turn."""
+    if policy.parameterization != "independent":
+        raise ValueError("the gradient verdict needs the 'independent' parameterization (a turn's own parameters)")
+    tables = list(policy.logits)
+    out, k = [], 0
+    for _, length in policy.tokens:
+        out.append(tables[k: k + length])
+        k += length
+    return out
+
+
+def _per_instance(grads: list[Tensor | None], params: list[Tensor]) -> Tensor:
+    """``[I, P]``: the gradients of one turn's tables, flattened per instance (``None`` as zeros)."""
+    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten(1) for g, p in zip(grads, params)], 1)
+
+
+def policy_gradient(problem: TreeMDP, policy: TabularPolicy) -> list[Tensor]:
+    """``grad J`` per turn, ``[I, P_t]`` (the turn's logits flattened per instance), by autograd through the exact ``J``."""
+    turns = _turn_parameters(policy)
+    flat = [p for ps in turns for p in ps]
+    J = evaluate(problem, policy.action_probs()).J.sum()
+    grads = torch.autograd.grad(J, flat, allow_unused=True)
+    out, k = [], 0
+    for ps in turns:
+        out.append(_per_instance(list(grads[k: k + len(ps)]), ps))
+        k += len(ps)
+    return out
+
+
+def expected_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:
+    """The expected update direction of ``cfg``'s estimator per turn, ``[I, P_t]``, and its scale ``[I]``.
+
+    ``g = sum over exact rows of weight * sum_j A_j grad log pi(y_j)`` (module docstring). The
+    scale is ``E[sum_t sum_j |A_tj|]``, the size its terms could have had: a direction whose norm
+    is below :data:`REL_TOL` times it carries no expected signal.
+    """
+    batch, adv = exact_advantages(problem, policy, cfg)
+    turns = _turn_parameters(policy)
+    flat = [p for ps in turns for p in ps]
+    real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
+    logp = policy.token_logps(batch)
+    weighted = batch.weight[:, None] * adv.detach().to(DTYPE) * real
+    grads = torch.autograd.grad((weighted * logp).sum(), flat, allow_unused=True)
+    out, k = [], 0
+    for ps in turns:
+        out.append(_per_instance(list(grads[k: k + len(ps)]), ps))
+        k += len(ps)
+    scale = torch.zeros(problem.num_instances, dtype=DTYPE).index_add_(0, batch.instance, weighted.abs().sum(1))
+    return out, scale
+
+
+@dataclass
+class Direction:
+    """The direction verdict of one instance at one policy, with its numbers.
+
+    verdict: one of :data:`DIRECTIONS`, or :data:`STATIONARY`.
+    cosine: the whole expected update against ``grad J`` (``nan`` where either is zero).
+    turn_cosines: the same per turn (``nan`` where either is zero).
+    turn_scales: per turn ``|g_t| / |grad J_t|`` (``nan`` where ``grad J_t`` is zero).
+    downhill_turn: the turn whose expected update points most downhill (``None`` if none does).
+    """
+
+    verdict: str
+    cosine: float
+    turn_cosines: list[float]
+    turn_scales: list[float]
+    downhill_turn: int | None = None
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    return float((a * b).sum()) / (na * nb) if na > 0 and nb > 0 else math.nan
+
+
+def classify(expected: list[Tensor], true: list[Tensor], expected_scale: float, value_scale: float) -> Direction:
+    """The verdict of one instance's expected update (per turn, flat ``[P_t]``) against ``grad J`` (the same shapes).
+
+    ``expected_scale``: :func:`expected_direction`'s scale; ``value_scale``: the largest ``|return|``,
+    the scale of ``grad J``. Norms below :data:`REL_TOL` times their scale are zero.
+    """
+    g_tol, j_tol = REL_TOL * max(expected_scale, 1e-300), REL_TOL * max(value_scale, 1e-300)
+    g = [x if float(x.norm()) > g_tol else torch.zeros_like(x) for x in expected]
+    j = [x if float(x.norm()) > j_tol else torch.zeros_like(x) for x in true]
+    whole_g, whole_j = torch.cat(g), torch.cat(j)
+    cosines = [_cosine(a, b) for a, b in zip(g, j)]
+    scales = [float(a.norm()) / float(b.norm()) if float(b.norm()) > 0 else math.nan for a, b in zip(g, j)]
+    cos = _cosine(whole_g, whole_j)
+    negative = [(c, t) for t, c in enumerate(cosines) if c < -REL_TOL]
+    downhill = min(negative)[1] if negative else None
+
+    def parallel(a: Tensor, b: Tensor) -> bool:
+        both_zero = float(a.norm()) == 0 and float(b.norm()) == 0
+        return both_zero or _cosine(a, b) >= 1 - REL_TOL
+
+    if float(whole_j.norm()) == 0:
+        verdict = STATIONARY
+    elif negative or cos < -REL_TOL:
+        verdict = "points downhill"
+    elif float(whole_g.norm()) == 0:
+        verdict = "no expected signal"
+    elif parallel(whole_g, whole_j):
+        verdict = "unbiased"
+    elif all(parallel(a, b) for a, b in zip(g, j)):
+        verdict = "unbiased per turn up to a positive scale"
+    else:
+        verdict = "biased but uphill"
+    return Direction(verdict, cos, cosines, scales, downhill)
+
+
+def value_scale(problem: TreeMDP) -> Tensor:
+    """``[I]``: the largest ``|return|`` of any path, the scale of ``J`` and of ``grad J``."""
+    from seeupo.tabular.policies import uniform_probs
+
+    paths = enumerate_paths(problem, uniform_probs(problem))
+    discount = problem.gamma ** torch.arange(problem.num_turns, dtype=DTYPE)
+    return (paths.reward * discount).sum(-1).abs().amax(-1)
+
+
+def gradient_directions(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> list[Direction]:
+    """The direction verdict of ``cfg``'s estimator on every instance of ``problem`` at ``policy``."""
+    expected, scale = expected_direction(problem, policy, cfg)
+    true = policy_gradient(problem, policy)
+    values = value_scale(problem)
+    return [classify([e[i] for e in expected], [t[i] for t in true], float(scale[i]), float(values[i]))
+            for i in range(problem.num_instances)]
+
+
+def worst(verdicts: list[str]) -> str:
+    """The worst of some direction verdicts (:data:`DIRECTIONS` is ordered best first); stationary ones are ignored."""
+    order = list(DIRECTIONS)
+    judged = [v for v in verdicts if v != STATIONARY]
+    return max(judged, key=order.index) if judged else STATIONARY
+
+
+@dataclass
+class Ascent:
+    """Plain exact ascent with the expected direction, per instance (:func:`plain_ascent`).
+
+    J: ``[steps + 1, I]`` the exact ``J`` along the way; J_star: ``[I]``; verdict: per instance,
+    one of :data:`FIXED_POINTS`; probs: the policy it ended at (per turn ``[I, N_t, A_t]``);
+    steps: the steps taken (fewer than asked when every instance's update vanished).
+    """
+
+    J: Tensor
+    J_star: Tensor
+    verdict: list[str]
+    probs: list[Tensor] = field(repr=False)
+    steps: int
+    lr: float
+    gap_tol: float
+
+
+def plain_ascent(problem: TreeMDP, cfg: AlgorithmConfig, *, start: list[Tensor] | None = None, lr: float = 10.0,
+                 steps: int = 300, gap_tol: float = 1e-2, stall_ratio: float = 0.05) -> Ascent:
+    """Plain exact ascent ``theta <- theta + lr * g(theta)`` from ``start`` (default: uniform), ``g`` the expected direction.
+
+    An instance *reaches J** when it ends within ``gap_tol`` (times its largest ``|return|``) of
+    ``J*``; it *stops below J** when it ends further away and its gap fell by less than
+    ``stall_ratio`` of itself over the last half of the steps (or its expected update vanished);
+    otherwise it is *still improving*. Independent parameters only.
+    """
+    policy = TabularPolicy(problem)
+    if start is not None:
+        policy.set_action_probs(start)
+    J_star = optimal(problem).J
+    scale = value_scale(problem).clamp_min(1e-300)
+    history = [evaluate(problem, policy.action_probs()).J.detach()]
+    still = torch.ones(problem.num_instances, dtype=torch.bool)
+    taken = 0
+    for _ in range(steps):
+        expected, g_scale = expected_direction(problem, policy, cfg)
+        norms = torch.stack([e.norm(dim=1) for e in expected]).norm(dim=0)
+        still &= norms > REL_TOL * g_scale.clamp_min(1e-300)
+        if not bool(still.any()):
+            break
+        with torch.no_grad():
+            for turn_g, turn_params in zip(expected, _turn_parameters(policy)):
+                for p, part in zip(turn_params, turn_g.split([p[0].numel() for p in turn_params], dim=1)):
+                    p.add_(part.reshape(p.shape), alpha=lr)
+        history.append(evaluate(problem, policy.action_probs()).J.detach())
+        taken += 1
+    J = torch.stack(history)
+    gap = (J_star - J[-1]) / scale
+    half = J[len(J) // 2]
+    gained = (J[-1] - half) / scale
+    verdicts = []
+    for i in range(problem.num_instances):
+        if float(gap[i]) <= gap_tol:
+            verdicts.append("reaches J*")
+        elif not bool(still[i]) or float(gained[i]) < stall_ratio * float(gap[i]):
+            verdicts.append("stops below J*")
+        else:
+            verdicts.append("still improving")
+    with torch.no_grad():
+        probs = [p.detach() for p in policy.action_probs()]
+    return Ascent(J, J_star, verdicts, probs, taken, lr, gap_tol)
