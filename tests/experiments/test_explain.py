@@ -172,7 +172,7 @@ def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(mo
     monkeypatch.chdir(ROOT)
     plugins.forget_plugins()
     try:
-        plugins.load_plugins([f"examples/algorithms/{stem}.py" for stem in ("dapo", "mt_grpo")], "--plugin")
+        plugins.load_plugins([f"examples/algorithms/{p.stem}.py" for p in sorted(ALGORITHMS.glob("*.py"))], "--plugin")
         files = sorted(str(p.relative_to(ROOT)) for p in CHECKS.glob("*/counterexamples/*.json"))
         block, full = restate(files)
     finally:
