@@ -948,8 +948,9 @@ def summary_line(report: dict[str, Any]) -> str:
     mono = report["monotonicity"]
     prefix = f"{report['algorithm']}" + (f" (partial: stopped by {report['partial']})" if report.get("partial") else "")
     gradient = gradient_headline(report.get("gradient", {"skipped": "not run"}))
-    if mono["measured"] is None:
-        return f"{prefix}: {gradient}; " + mono["evidence"][0]
+    if mono["measured"] is None:  # refused or nothing finished: the reason first, the gradient words where measured
+        measured = "skipped" not in report.get("gradient", {"skipped": "not run"})
+        return f"{prefix}: " + mono["evidence"][0] + (f"; {gradient}" if measured else "")
     return f"{prefix}: {mono['measured']}; {gradient}; " + "; ".join(mono["evidence"])
 
 
