@@ -280,7 +280,6 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from seeupo.experiments.counterexamples import Counterexample, replay
-
     from seeupo.experiments.gradient_check import is_gradient_file
 
     bad = failed = 0

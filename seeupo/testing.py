@@ -137,7 +137,6 @@ def agentic_mdps(
     The problem is drawn from a seed (:func:`seeupo.tabular.problems.random_family`), so hypothesis
     shrinks towards fewer turns and smaller seeds, not towards simpler tables.
     """
-
     turns = draw(st.integers(min_turns, max_turns))
     seed = draw(st.integers(0, 2**16))
     return random_family(family, 1, turns, reward_levels=reward_levels, generator=torch.Generator().manual_seed(seed))

@@ -947,10 +947,10 @@ def summary_line(report: dict[str, Any]) -> str:
     """One line for the terminal and for tables of several algorithms."""
     mono = report["monotonicity"]
     prefix = f"{report['algorithm']}" + (f" (partial: stopped by {report['partial']})" if report.get("partial") else "")
-    gradient = gradient_headline(report.get("gradient", {"skipped": "not run"}))
+    part = report.get("gradient", {"skipped": "not run"})
+    gradient = gradient_headline(part)
     if mono["measured"] is None:  # refused or nothing finished: the reason first, the gradient words where measured
-        measured = "skipped" not in report.get("gradient", {"skipped": "not run"})
-        return f"{prefix}: " + mono["evidence"][0] + (f"; {gradient}" if measured else "")
+        return f"{prefix}: " + mono["evidence"][0] + ("" if "skipped" in part else f"; {gradient}")
     return f"{prefix}: {mono['measured']}; {gradient}; " + "; ".join(mono["evidence"])
 
 

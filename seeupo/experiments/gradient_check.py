@@ -214,11 +214,13 @@ class GradientCase:
 
 
 def is_gradient_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a gradient case (the format field), read cheaply; errors are left to the loader."""
+    """Whether ``path`` holds a gradient case (its ``format`` field); a file that cannot be read is not one (the
+    counterexample loader then reports it)."""
     try:
-        return f'"format": "{FORMAT}"' in Path(path).read_text()[:200]
-    except (OSError, UnicodeDecodeError):
+        data = read_json(path)
+    except InputError:
         return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
 def load_case(path: str | Path) -> GradientCase:

@@ -31,7 +31,7 @@ import torch
 
 from seeupo.core.config import AlgorithmConfig
 from seeupo.tabular.exact import evaluate, optimal
-from seeupo.tabular.policies import TabularPolicy
+from seeupo.tabular.policies import TabularPolicy, uniform_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.rollout import exact_advantages, enumerate_paths
 
@@ -175,8 +175,6 @@ def classify(expected: list[Tensor], true: list[Tensor], expected_scale: float, 
 
 def value_scale(problem: TreeMDP) -> Tensor:
     """``[I]``: the largest ``|return|`` of any path, the scale of ``J`` and of ``grad J``."""
-    from seeupo.tabular.policies import uniform_probs
-
     paths = enumerate_paths(problem, uniform_probs(problem))
     discount = problem.gamma ** torch.arange(problem.num_turns, dtype=DTYPE)
     return (paths.reward * discount).sum(-1).abs().amax(-1)

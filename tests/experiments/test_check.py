@@ -275,7 +275,8 @@ def test_check_status(run, checked, fail_on_decrease, status):
 
 @pytest.mark.parametrize("which, seconds", [("QUICK", None), ("DEFAULT", None), ("DEFAULT", 600.0)])
 def test_fit_brings_the_estimate_within_the_budget(which, seconds):
-    """Calibrated as measured on an idle 2-core machine (grpo): each budget's sizes fit it."""
+    """A calibration given by hand, of the order seen on 2 cores (`check grpo --quick` planned 616 directions at
+    ~7 s): each budget's sizes fit it."""
     from seeupo.experiments import check
 
     start = getattr(check, which)
@@ -310,7 +311,7 @@ def test_check_leads_with_the_gradient_verdict_and_its_cases_replay(tmp_path):
     plugin = str(ROOT / "examples/algorithms/turn_mean_rtg.py")
     done = seeupo("check", "turn_mean_rtg", "--plugin", plugin, "--quick", "--no-bridge", "--no-progress",
                   "--max-examples", "2", "--out", "out", cwd=tmp_path)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode == 0, done.stderr  # J decreased, evidence in hand: 0 without --fail-on-decrease
     report = json.loads((tmp_path / "out/check.json").read_text())
     gradient = report["gradient"]
     assert gradient["direction"] == "points downhill" and gradient["fixed_point"] == "stops below J*"

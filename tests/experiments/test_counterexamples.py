@@ -277,3 +277,24 @@ def test_robust_decrease_needs_both_drops(monkeypatch):
     for drawn, careful, expected in [(1.0, 0.0, False), (1.0, 1.0, True), (0.0, 1.0, False), (0.0, 0.0, False)]:
         monkeypatch.setattr(cx, "decrease", lambda c, d=drawn, k=careful: d if c.run.lr == case.run.lr else k)
         assert robust_decrease(case, 1e-7) is expected
+
+
+def test_shrinking_stops_at_its_time_limit_on_a_fake_clock(monkeypatch):
+    """Every case with a nonzero reward fails (so a random failing case has much to shrink); the clock moves 1 s per
+    reading, so shrinking stops at the first check past the limit, keeping the failing case as not minimal."""
+    import itertools
+    import time
+
+    from seeupo.experiments.counterexamples import search
+    from seeupo.experiments.searches import algorithm_searches
+
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+    spec = algorithm_searches("grpo")[0]
+    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20,
+                    condition=lambda case: float(case.problem.rewards[0].abs().sum()) > 0, shrink_seconds=3.0)
+    assert result.stopped == "budget" and result.found is not None
+    assert "not minimal" in result.found.search["stopped"]
+    unlimited = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20,
+                       condition=lambda case: float(case.problem.rewards[0].abs().sum()) > 0, shrink_seconds=None)
+    assert unlimited.stopped == "" and unlimited.examples > result.examples  # the limit, not the search, stopped it

@@ -161,7 +161,7 @@ def test_plain_ascent_of_the_unbiased_estimator_reaches_j_star(load):
 
 
 def test_plain_ascent_of_a_zero_estimator_stops_at_once():
-    """The oracle at an optimal deterministic start: its expected update is zero, nothing moves."""
+    """At the optimal deterministic policy every group returns the same, so mean-centred GRAE is zero: no step."""
     prob = problem()
     opt = optimal(prob).policy
     result = plain_ascent(prob, preset("grpo", grae_scale="none", group_size=2), start=opt)
@@ -204,3 +204,21 @@ def test_the_gradient_verdict_refuses_shared_parameters():
 def test_cosines_are_nan_where_a_turn_has_no_gradient():
     d = classify([t(1, -1), t(0, 0)], [t(1, -1), t(0, 0)], 1.0, 1.0)
     assert d.verdict == "unbiased" and math.isnan(d.turn_cosines[1]) and math.isnan(d.turn_scales[1])
+
+
+# ---- the hypothesis strategy
+
+
+def test_agentic_mdps_draws_problems_of_the_family():
+    from hypothesis import given, settings
+
+    from seeupo.testing import agentic_mdps
+
+    @settings(max_examples=5, deadline=None, database=None)
+    @given(agentic_mdps("tool", min_turns=2, max_turns=3))
+    def draw(prob):
+        assert prob.num_instances == 1 and 2 <= prob.num_turns <= 3
+        assert prob.obs_per_turn[0] == 2 and bool(prob.terminal[0][:, :, 0].all())
+        assert not bool(prob.terminal[0][:, :, 1:].any())
+
+    draw()
