@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from seeupo.core.config import PRESETS
+from seeupo.tabular.families import AGENTIC_FAMILIES
 from seeupo.validation import (
     InputError, comma_list, dumps, int_range, no_empty_dirs_left_on_refusal, nonnegative_float, path_arg, positive_float, positive_int, probability,
     seed_int, table_cells, writable_dir, writable_file,
@@ -87,6 +88,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             "instances": args.instances, "iterations": args.iterations, "workers": args.workers, "seed": args.seed,
             "group_size": args.group_size, "reward_levels": args.reward_levels, "turns_mt": args.turns, "grid": args.grid,
             "modes": args.modes, "parameterizations": args.params,
+            "families": None if args.families is None else tuple(f for f in args.families if f != "none"),
         }.items()
         if v is not None
     }
@@ -400,7 +402,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         budget = args.max_examples or spec.max_examples
         print(f"searching {spec.name} ({budget} examples) ...", file=sys.stderr, flush=True)
         result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=args.seed,
-                        keep_on_interrupt=True)
+                        keep_on_interrupt=True, setting=spec.setting)
         entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
                  "max_examples": budget, "seed": args.seed, "found": result.found is not None, "moved": result.moved}
         if args.plugins_loaded:
@@ -685,6 +687,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-levels", type=int_range(2, 10**6), help="rewards on this many levels in [0, 1] (2 = binary)")
     p.add_argument("--modes", type=comma_list(("exact", "sampled")), help="comma-separated: exact,sampled")
     p.add_argument("--params", type=comma_list(("independent", "shared")), help="comma-separated: independent,shared")
+    p.add_argument("--families", type=comma_list((*AGENTIC_FAMILIES, "none")),
+                   help="agentic problem families run beside ST and MT (exact mode), comma-separated: "
+                        + ",".join(AGENTIC_FAMILIES) + " (default: all), or none")
     p.add_argument("--workers", type=int_range(1, 256), help="worker processes, 1 to 256 (default 2)")
     p.add_argument("--seed", type=seed_int, help="seed of the random problems and runs")
     p.add_argument("--out", type=path_arg, default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")

@@ -130,7 +130,7 @@ def agentic_mdps(
     max_turns: int = 3,
     reward_levels: int | None = 3,
 ) -> TreeMDP:
-    """Single-instance problems of an agentic family (:data:`seeupo.tabular.problems.AGENTIC_FAMILIES`):
+    """Single-instance problems of an agentic family (:data:`seeupo.tabular.families.AGENTIC_FAMILIES`):
     action 0 stops at every turn but the last, with the family's intermediate rewards, tool results
     and token actions; rewards on ``reward_levels`` levels (``None``: uniform on [0, 1]).
 

@@ -101,6 +101,7 @@ def test_generate_then_exact(tmp_path, seeupo):
         (["verify", "--group-size", "1024", "--reward-levels", "1000"], "--group-size"),
         (["verify", "--workers", "100000"], "--workers"),
         (["verify", "--seed", "-1"], "--seed"),
+        (["verify", "--families", "stop,chess"], "--families"),
         (["search", "--max-examples", "0"], "--max-examples"),
         (["search", "--max-examples", "-5"], "--max-examples"),
         (["search", "no_such_search"], "names"),
@@ -205,6 +206,19 @@ def test_verify_tiny_run_writes_report(tmp_path, seeupo):
     assert {e["row"] for e in report["table1"]} >= {"ppo", "grpo", "gspo", "rloo", "seeupo"}
     assert "Table 1" in (tmp_path / "verify.md").read_text()
     assert "[1/" in out.stderr  # progress
+    families = {c["setting"] for c in report["cells"]} - {"ST", "MT"}
+    assert families == {"stop", "intermediate", "tool", "tokens"}  # the agentic families, by default
+
+
+def test_verify_families_option(tmp_path, seeupo):
+    out = seeupo("verify", "--algorithms", "rloo", "--quick", "--instances", "1", "--iterations", "1", "--workers", "1",
+                 "--families", "stop,tokens", "--out", str(tmp_path / "two"))
+    assert out.returncode == 0, out.stderr
+    assert [c["setting"] for c in json.loads((tmp_path / "two" / "verify.json").read_text())["cells"]] == ["ST", "MT", "stop", "tokens"]
+    out = seeupo("verify", "--algorithms", "rloo", "--quick", "--instances", "1", "--iterations", "1", "--workers", "1",
+                 "--families", "none", "--out", str(tmp_path / "none"))
+    assert out.returncode == 0, out.stderr
+    assert [c["setting"] for c in json.loads((tmp_path / "none" / "verify.json").read_text())["cells"]] == ["ST", "MT"]
 
 
 def test_presets_choices_lists_every_registered_entry(seeupo):

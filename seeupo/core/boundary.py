@@ -13,12 +13,21 @@ entries go through the same checks. Each call checks what the core relies on:
   ``optim.max_non_finite`` of them) or, for a loss, a ratio may have overflowed;
 * a policy loss's objective requires grad when ``logp_new`` does (else the step would be silently
   empty);
-* the inputs left unchanged: the batch's tensors (and the advantages given to a loss) keep their
-  identity and their version counter. Torch bumps a tensor's ``_version`` on every in-place
-  operation (``batch.reward[0] = 1``, ``batch.traj_return.mul_(2)``), so comparing ``(id,
-  _version)`` of the ~12 tensors before and after costs microseconds and sees any in-place write
-  through torch, with no copy or checksum of the data (writes through ``.numpy()`` or ``.data``
-  are not seen).
+* the inputs left unchanged: the batch's tensors (``data``'s included), the advantages given to a
+  loss, an aggregation's and an ``M`` factor's inputs keep their identity, their version counter
+  and their content. Torch bumps a tensor's ``_version`` on every in-place operation
+  (``batch.reward[0] = 1``, ``batch.traj_return.mul_(2)``, a write through ``.detach()``, which
+  shares the counter); a write through ``.numpy()``, ``.data``, DLPack or a raw pointer bumps
+  nothing, so each tensor's bytes are also copied before the call and compared after it (on the
+  CPU a ``bytes`` copy and a memcmp; on an accelerator a clone, compared on the device with one
+  synchronisation for all of them). The comparison is of bits, not values: a NaN equals itself,
+  ``-0.0`` differs from ``0.0``. The message names each changed tensor and says when torch's
+  counter missed the write. Not seen: a write that puts back the bytes it found (nothing changed),
+  a write after the call returns (through a view the function kept), the function's other inputs
+  (``logp_new``, ``cfg``, ``critic_values``, ``oracle``, ``group_stats``) and the content of
+  sparse or meta tensors (their identity and version still are). The cost is a copy of the inputs'
+  bytes before the call and a copy and a memcmp after it, plus a few microseconds a tensor
+  (``benchmarks/plugin_boundary.py``).
 
 A violation raises :class:`PluginError`, one line (the command line prints it and exits with 2)::
 
@@ -38,7 +47,7 @@ import operator
 import os
 import sys
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -83,9 +92,9 @@ def call_estimator(
 ) -> Tensor:
     """``entry.fn(batch, cfg, critic_values=..., oracle=..., group_stats=...)``, checked: ``[n, L]`` floating
     advantages on the batch's device, finite on valid tokens, the batch unchanged."""
-    before = _versions(batch)
+    before = _snapshot(_inputs(batch))
     adv = _call(entry, batch, cfg, critic_values=critic_values, oracle=oracle, group_stats=group_stats)
-    _unchanged(entry, before, _versions(batch))
+    _unchanged(entry, before, _inputs(batch))
     _tensor(entry, "advantages", adv, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
             batch.logp_old.device)
     valid = lambda: batch.token_mask & batch.valid[:, None]  # noqa: E731
@@ -103,9 +112,9 @@ def call_policy_loss(entry: PolicyLoss, logp_new: Tensor, batch: SampleBatch, ad
     """``entry.fn(logp_new, batch, adv, cfg)``, checked: ``(objective, clipped)`` with a floating ``[n, L]``
     objective that requires grad when ``logp_new`` does and is finite on valid tokens whose inputs are finite,
     ``clipped`` ``None`` or a bool ``[n, L]``; the batch and ``adv`` unchanged."""
-    before = _versions(batch) + [("adv", id(adv), adv._version)]
+    before = _snapshot(_inputs(batch, adv=adv))
     out = _call(entry, logp_new, batch, adv, cfg)
-    _unchanged(entry, before, _versions(batch) + [("adv", id(adv), adv._version)])
+    _unchanged(entry, before, _inputs(batch, adv=adv))
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         _fail(entry, "(objective [n, L], clipped [n, L] bool or None)", _describe(out))
     objective, clipped = out
@@ -134,9 +143,9 @@ def call_policy_loss(entry: PolicyLoss, logp_new: Tensor, batch: SampleBatch, ad
 def call_aggregation(entry: Aggregation, n_tokens: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     """``entry.fn(n_tokens, weight)``, checked: ``(per_row, den_terms)``, floating ``[n]`` on the inputs'
     device, finite; the inputs unchanged."""
-    before = [("n_tokens", id(n_tokens), n_tokens._version), ("weight", id(weight), weight._version)]
+    before = _snapshot(_inputs(None, n_tokens=n_tokens, weight=weight))
     out = _call(entry, n_tokens, weight)
-    _unchanged(entry, before, [("n_tokens", id(n_tokens), n_tokens._version), ("weight", id(weight), weight._version)])
+    _unchanged(entry, before, _inputs(None, n_tokens=n_tokens, weight=weight))
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         _fail(entry, "(per_row [n], den_terms [n])", _describe(out))
     for what, value in zip(("per_row", "den_terms"), out):
@@ -166,9 +175,9 @@ def call_turn_order(entry: TurnOrder, num_turns: int, cfg: Any, generator: torch
 def call_m_factor(entry: MFactor, factor: Tensor, ratio: Tensor, cfg: Any) -> Tensor:
     """``entry.fn(factor, ratio, cfg)``, checked: a floating tensor of ``factor``'s shape and device, finite
     where ``factor`` and ``ratio`` are; the inputs unchanged."""
-    before = [("factor", id(factor), factor._version), ("ratio", id(ratio), ratio._version)]
+    before = _snapshot(_inputs(None, factor=factor, ratio=ratio))
     out = _call(entry, factor, ratio, cfg)
-    _unchanged(entry, before, [("factor", id(factor), factor._version), ("ratio", id(ratio), ratio._version)])
+    _unchanged(entry, before, _inputs(None, factor=factor, ratio=ratio))
     _tensor(entry, "factor", out, tuple(factor.shape), "[k] = " + _shape(factor), factor.device)
     _finite(entry, "factor", out, None, positions="trajectories",
             excused=lambda: not (bool(torch.isfinite(factor).all()) and bool(torch.isfinite(ratio).all())))
@@ -238,22 +247,117 @@ def _finite(entry: Entry, what: str, value: Tensor, valid: Callable[[], Tensor] 
                           f"{positions} (first: {first} = {float(value[tuple(where)])}); expected finite {what}")
 
 
-def _versions(batch: SampleBatch) -> list[tuple[str, int, int]]:
-    """``(field, id, version)`` of the batch's tensors: any in-place write or reassignment changes one."""
+def _inputs(batch: SampleBatch | None, **more: Tensor) -> list[tuple[str, Tensor]]:
+    """The tensors a call must leave unchanged, named as messages name them: the batch's (``batch.reward``,
+    ``batch.data['hist']``), then ``more`` (``adv``)."""
     out = []
-    for name, value in vars(batch).items():
+    for name, value in (vars(batch).items() if batch is not None else ()):
         if isinstance(value, torch.Tensor):
-            out.append((name, id(value), value._version))
+            out.append((f"batch.{name}", value))
         elif isinstance(value, dict):
-            out += [(f"{name}[{k!r}]", id(v), v._version) for k, v in value.items() if isinstance(v, torch.Tensor)]
-    return out
+            out += [(f"batch.{name}[{k!r}]", v) for k, v in value.items() if isinstance(v, torch.Tensor)]
+    return out + list(more.items())
 
 
-def _unchanged(entry: Entry, before: Sequence[tuple[str, int, int]], after: Sequence[tuple[str, int, int]]) -> None:
-    if before != after:
-        changed = sorted({b[0] for b in before} ^ {a[0] for a in after} | {b[0] for b, a in zip(before, after) if b != a})
-        _fail(entry, "its inputs left unchanged", "changed in place: " + ", ".join(
-            n if n in ("adv", "n_tokens", "weight", "factor", "ratio") else f"batch.{n}" for n in changed))
+class _Contents(NamedTuple):
+    layout: list[tuple[str, Tensor, torch.dtype, torch.Size]]  # every tensor: (name, tensor, dtype, shape)
+    host: list[tuple[str, Tensor, int]]  # CPU tensors with plain bytes: (name, tensor, number of bytes)
+    joined: bytes  # their bytes, one after the other: one copy before the call and one memcmp after it
+    device: list[tuple[str, Tensor, Tensor]]  # the others with plain bytes: (name, tensor, clone of _bits)
+
+
+class _Snapshot(NamedTuple):
+    versions: list[tuple[str, int, int]]  # (name, id, _version): a reassignment or an in-place op torch counts
+    contents: _Contents  # any other write
+
+
+def _snapshot(named: Sequence[tuple[str, Tensor]]) -> _Snapshot:
+    return _Snapshot(_versions(named), _contents(named))
+
+
+def _versions(named: Sequence[tuple[str, Tensor]]) -> list[tuple[str, int, int]]:
+    return [(name, id(t), t._version) for name, t in named]
+
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: Tensor) -> Tensor | None:
+    """``t``'s elements as integers of the same width: compared bit for bit (NaN equals NaN, -0.0 differs from
+    0.0), and numpy takes them (it has no bfloat16); ``None`` where there are no plain bytes to compare."""
+    if t.layout != torch.strided or t.device.type == "meta":
+        return None
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj().resolve_neg())
+    return t.view(_INT[t.element_size()]) if t.element_size() in _INT else None
+
+
+def _host_bytes(t: Tensor) -> Any:
+    """A CPU tensor's bytes as a buffer that ``bytes.join`` takes (numpy's view of the memory, no copy, where it is
+    contiguous); ``None`` off the CPU or without plain bytes. ``Tensor.numpy`` alone is tried first: one call where
+    :func:`_bits` is several torch ops, ~2x the time, for each of a batch's ten tensors or more."""
+    if not t.is_cpu:
+        return None
+    try:
+        array = t.numpy()
+    except (TypeError, RuntimeError):  # numpy refuses grad, conj views, bfloat16, float8, sparse
+        bits = _bits(t)
+        if bits is None:
+            return None
+        array = bits.numpy()
+    return array if array.flags.c_contiguous else array.tobytes()
+
+
+def _contents(named: Sequence[tuple[str, Tensor]]) -> _Contents:
+    out = _Contents([], [], b"", [])
+    parts = []
+    for name, t in named:
+        out.layout.append((name, t, t.dtype, t.shape))
+        part = _host_bytes(t)
+        if part is not None:
+            parts.append(part)
+            out.host.append((name, t, t.nbytes))  # as many as the part holds, copied or not
+        elif not t.is_cpu and (bits := _bits(t)) is not None:
+            out.device.append((name, t, bits.clone()))  # on the device: no copy to the host, no synchronisation
+    return out._replace(joined=b"".join(parts))
+
+
+def _rewritten(before: _Contents) -> set[str]:
+    """The names whose tensor no longer holds what it held: CPU tensors by their bytes (each compared alone only
+    when the joined bytes differ), the others on their device with one synchronisation for all of them."""
+    changed = {name for name, t, dtype, shape in before.layout if t.dtype != dtype or t.shape != shape}
+    parts = [_host_bytes(t) for _, t, _ in before.host]
+    if any(part is None for part in parts) or b"".join(parts) != before.joined:
+        start = 0
+        for (name, _, size), part in zip(before.host, parts):
+            if part is None or bytes(part) != before.joined[start:start + size]:
+                changed.add(name)
+            start += size
+    changed |= {name for name, t, bits in before.device if t.device != bits.device}  # .data moved to another device
+    flags = [(name, (_bits(t) != bits).any()) for name, t, bits in before.device if name not in changed]
+    if flags:
+        device = flags[0][1].device
+        differs = torch.stack([flag.to(device) for _, flag in flags]).tolist()
+        changed |= {name for (name, _), d in zip(flags, differs) if d}
+    return changed
+
+
+def _unchanged(entry: Entry, before: _Snapshot, after: Sequence[tuple[str, Tensor]]) -> None:
+    now = _versions(after)
+    counted = set()
+    if before.versions != now:
+        counted = {b[0] for b in before.versions} ^ {a[0] for a in now}
+        counted |= {b[0] for b, a in zip(before.versions, now) if b != a}
+    by_bytes = _rewritten(before.contents) - counted
+    if counted or by_bytes:
+        names = sorted(counted | by_bytes)
+        text = "changed in place: " + ", ".join(names)
+        if by_bytes:  # torch did not count the write: say how it got past, so the user finds it
+            which = "" if by_bytes == set(names) else ", ".join(sorted(by_bytes)) + ": "
+            text += (f" ({which}bytes changed with no in-place operation torch counts, e.g. a write through .numpy() "
+                     "or .data)")
+        _fail(entry, "its inputs left unchanged", text)
 
 
 def _describe(value: Any) -> str:

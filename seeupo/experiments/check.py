@@ -200,12 +200,15 @@ class Calibration:
     gradient_call: seconds per expected direction on a batch of the gradient part's instances (three
       turns, stochastic tool results: the dearest family); 0 without an exact mode.
     seconds: what the calibration itself took.
+    agentic_iteration: seconds per exact-mode iteration of an agentic family's cell (tool results,
+      the dearest family); 0 without an exact mode (no family cell runs).
     """
 
     iteration: float
     search_case: float
     seconds: float
     gradient_call: float = 0.0
+    agentic_iteration: float = 0.0
 
 
 def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfig = GradientConfig()) -> Calibration:
@@ -223,7 +226,11 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
     t = time.perf_counter()
     run_cell(row, "MT", mode, "independent", tiny)
     iteration = (time.perf_counter() - t) / 2
-    search_case = gradient_call = 0.0
+    search_case = gradient_call = agentic_iteration = 0.0
+    if exact and cfg.families:
+        t = time.perf_counter()
+        run_cell(row, "tool" if "tool" in cfg.families else cfg.families[0], "exact", "independent", tiny)
+        agentic_iteration = (time.perf_counter() - t) / 2
     if exact:
         gradient_call = _time_gradient_call(name, gradient)
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
@@ -232,7 +239,7 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
         tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
                        condition=lambda case: robust_decrease(case) and False).examples
         search_case = (time.perf_counter() - t) / max(1, tried)
-    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call)
+    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration)
 
 
 def _time_gradient_call(name: str, cfg: GradientConfig) -> float:
@@ -258,18 +265,28 @@ def gradient_calls(cfg: GradientConfig) -> int:
 def _cells(name: str, cfg: VerifyConfig, exact: bool) -> list[tuple[str, str, str]]:
     """``(setting, mode, parameters)`` of the cells verify runs for ``name`` (as :func:`seeupo.experiments.verify.verify`)."""
     from seeupo.core.config import PRESETS
+    from seeupo.experiments.verify import setting_runs, settings
 
     sequential = PRESETS[name].schedule == "sequential"
-    return [(setting, mode, param) for setting in ("ST", "MT") if not (setting == "ST" and sequential)
-            for mode in cfg.modes if mode == "sampled" or exact for param in cfg.parameterizations]
+    return [(setting, mode, param) for setting in settings(cfg) for mode, param in setting_runs(cfg, setting, sequential)
+            if mode == "sampled" or exact]
+
+
+def _cell_seconds(setting: str, mode: str, cfg: VerifyConfig, cal: Calibration) -> float:
+    """The estimated seconds of one verify cell, from ``cal``."""
+    from seeupo.experiments.verify import BASE_SETTINGS
+
+    if mode != "exact":
+        return cfg.iterations * cal.iteration * cfg.sampled_iterations_factor * SAMPLED_COST
+    per_iteration = cal.iteration if setting in BASE_SETTINGS else cal.agentic_iteration or cal.iteration
+    return cfg.iterations * per_iteration
 
 
 def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> dict[str, Any]:
     """The parts' sizes and estimated seconds, from ``cal``: ``{"verify", "searches", "bridge", "total"}`` and the sizes."""
     cfg = budget.verify
     cells = _cells(name, cfg, exact)
-    cell_seconds = [cfg.iterations * cal.iteration * (1.0 if mode == "exact" else cfg.sampled_iterations_factor * SAMPLED_COST)
-                    for _, mode, _ in cells]
+    cell_seconds = [_cell_seconds(setting, mode, cfg, cal) for setting, mode, _ in cells]
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
     searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
@@ -345,7 +362,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
     ``deadline`` (``time.monotonic()``) is shared out: each search may use an equal part of what is
     left when it starts. An interrupt saves what the interrupted search had found, then goes on up.
     """
-    from seeupo.experiments.counterexamples import replay, search
+    from seeupo.experiments.counterexamples import case_setting, replay, search
     from seeupo.experiments.searches import algorithm_searches
 
     specs = algorithm_searches(name)
@@ -354,7 +371,8 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
         start = time.perf_counter()
         mine = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(specs) - i)
         result = search(spec.cases(), claim=spec.claim, description=spec.description,
-                        max_examples=budget.max_examples, seed=seed, deadline=mine, keep_on_interrupt=True)
+                        max_examples=budget.max_examples, seed=seed, deadline=mine, keep_on_interrupt=True,
+                        setting=spec.setting)
         found = result.found
         entry: dict[str, Any] = {"search": spec.name, "description": spec.description, "max_examples": budget.max_examples,
                                  "examples": result.examples, "moved": result.moved, "seed": seed,
@@ -364,6 +382,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
             found.save(path)
             entry |= {"file": str(path.relative_to(out)), "J": found.J, "largest_decrease": found.largest_decrease,
                       "group_size": found.algorithm.group_size, "turns": found.problem.num_turns,
+                      "setting": case_setting(found),
                       "parameterization": found.run.parameterization}
             if result.stopped != "interrupted":  # replaying costs an update: not when asked to stop
                 entry["reproduces"] = replay(found).reproduces
@@ -543,7 +562,11 @@ def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) 
     """
     exact = [c for c in verify_report["cells"] if c["mode"] == "exact" and not c.get("refused")]
     decreased_cells = [c for c in exact if c["violations"] > 0]
-    found = [s for s in searches if s["found"] and s.get("reproduces", True)]
+    flat = [s for s in searches if s["found"] and s.get("reproduces", True) and on_flat_surrogate(s)]
+    found = [s for s in searches if s["found"] and s.get("reproduces", True) and s not in flat]
+    apart = ([f"not counted: J fell on a flat surrogate in {', '.join(s['search'] for s in flat)} (no expected advantage "
+              "above 1e-5 of the batch's scale: the optimizer chose the step, not the estimator; see the explanation)"]
+             if flat else [])
     own = {s.get("file") for s in searches}  # the searches' own cases are listed once, above
     committed = [e for e in verify_report.get("counterexamples", [])
                  if e.get("decreases") and e.get("mode", "exact") == "exact" and e["file"] not in own]
@@ -554,7 +577,7 @@ def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) 
                      f"largest {c['max_violation']:.2e}" for c in decreased_cells]
         evidence += [f"{e['search']} ({e['setting']}, {e['parameterization']} parameters): J {e['J'][0]:.6f} -> {e['J'][-1]:.6f} "
                      f"(`{e['file']}`, a saved counterexample that replays)" for e in committed]
-        return {"measured": "J decreased", "evidence": evidence}
+        return {"measured": "J decreased", "evidence": evidence + apart}
     searched = [s for s in searches if s.get("examples")]
     if not exact and not searched:
         return {"measured": None, "evidence": ["nothing finished before the check was stopped: no exact cell and no search, "
@@ -574,7 +597,13 @@ def monotonicity(verify_report: dict[str, Any], searches: list[dict[str, Any]]) 
                 f"random instances ({moved_cells} cells)"]
     if silent_cells or silent_searches:
         evidence.append(silence + ": those measured nothing and count for nothing here")
-    return {"measured": "monotone", "evidence": evidence}
+    return {"measured": "monotone", "evidence": evidence + apart}
+
+
+def on_flat_surrogate(entry: dict[str, Any]) -> bool:
+    """Whether a search's counterexample lowered ``J`` on a flat surrogate (its explanation's cause): a decrease the
+    optimizer chose, reported apart from the algorithm's own (:data:`seeupo.experiments.explain.FLAT_SIGNAL`)."""
+    return (entry.get("explanation") or {}).get("cause") == "flat surrogate"
 
 
 _SIGNALS: list[str] = []  # the signals received by the running check, in order
@@ -699,10 +728,11 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         if searches and verify_report["table1"]:
             # the searches' counterexamples are measurements of the verify cells too: one truth per report
             apply_counterexamples(verify_report, [
-                {"file": s["file"], "search": s["search"], "algorithm": name, "setting": "ST" if s["turns"] == 1 else "MT",
+                {"file": s["file"], "search": s["search"], "algorithm": name,
+                 "setting": s.get("setting") or ("ST" if s["turns"] == 1 else "MT"),
                  "parameterization": s["parameterization"], "mode": "exact", "reproduces": bool(s.get("reproduces")),
                  "decreases": bool(s.get("reproduces")), "J": s["J"], "largest_decrease": s["largest_decrease"]}
-                for s in searches if s["found"]])
+                for s in searches if s["found"] and not on_flat_surrogate(s)])
         row = algorithm_rows([name], cfg.exact_epochs)[0]
         if not exact:
             mono = {"measured": None, "evidence": [refused_label(refusal) if refusal else
@@ -778,7 +808,8 @@ def markdown(report: dict[str, Any]) -> str:
         def cell_words(c: dict[str, Any]) -> str:
             words = c["verdict"] + (f" (counterexample; random instances: {c['random_instances']})" if c.get("random_instances") else "")
             return f"{c['setting']} {c['parameterization']}: {words} (final gap max {c['max_final_gap']:.1e})"
-        lines += ["", "Convergence on random token bandits (exact): " + "; ".join(cell_words(c) for c in exact_cells) + "."]
+        lines += ["", "Convergence on random problems (exact; ST and MT: token bandits; the others: agentic families, "
+                  "described under the verify cells): " + "; ".join(cell_words(c) for c in exact_cells) + "."]
     lines += ["", *bridge_markdown(report["bridge"])]
     lines += ["", "## Searches (exact mode)", "", "| Search | Cases evaluated, shrinking included (budget) | Outcome | Replays |", "|---|---|---|---|"]
     for s in report["searches"]:
@@ -1055,13 +1086,16 @@ def _cell_words(report: dict[str, Any], mode: str) -> str:
 
 
 def _decreases(report: dict[str, Any]) -> str:
-    found = [s for s in report["searches"] if s["found"] and s.get("reproduces", True)]
+    found = [s for s in report["searches"] if s["found"] and s.get("reproduces", True) and not on_flat_surrogate(s)]
+    flat = [s for s in report["searches"] if s["found"] and on_flat_surrogate(s)]
     exact = [c for c in report["verify"]["cells"] if c["mode"] == "exact" and not c.get("refused")]
     if not report["exact_mode"]:
         return "not measured (no exact mode)"
     words = f"{len(found)} of {len(report['searches'])} searches"
     if found:
         words += " (largest " + f"{max(s['J'][0] - s['J'][-1] for s in found):.2e})"
+    if flat:
+        words += f" (and {len(flat)} on a flat surrogate, not counted)"
     random = sum(c["violations"] for c in exact)
     return words + f"; {random} on random instances" + (
         f" (largest {max(c['max_violation'] for c in exact):.2e})" if random else "")
@@ -1087,8 +1121,8 @@ def compare_markdown(result: dict[str, Any]) -> str:
     if result.get("moved_aside"):
         lines += ["An earlier check's files were moved aside (--overwrite deletes nothing): "
                   + ", ".join(f"`{m}`" for m in result["moved_aside"]) + ".", ""]
-    lines += ["| Algorithm | Exact monotonicity, measured | Exact cells | Sampled cells | J decreases found | "
-              "Bridge: exact J, first -> last step (mean over seeds) |", "|---|---|---|---|---|---|"]
+    lines += ["| Algorithm | Gradient verdict (agentic problems) | Exact monotonicity, measured | Exact cells | Sampled cells "
+              "| J decreases found | Bridge: exact J, first -> last step (mean over seeds) |", "|---|---|---|---|---|---|---|"]
     for n in names:
         r = result["algorithms"][n]
         mono = r["monotonicity"]
@@ -1096,7 +1130,9 @@ def compare_markdown(result: dict[str, Any]) -> str:
         words, _ = bridge_of(result, n)
         bridge = (f"{words['J_initial_mean']:.4f} -> {words['J_final_mean']:.4f} ({words['moved']})" if words else
                   "skipped" if "skipped" in result["bridge"] else "not trained")
-        lines.append(f"| {n} | {verdict} | {_cell_words(r, 'exact')} | {_cell_words(r, 'sampled')} | {_decreases(r)} | {bridge} |")
+        gradient = gradient_headline(r.get("gradient", {"skipped": "not run"}))
+        lines.append(f"| {n} | {gradient} | {verdict} | {_cell_words(r, 'exact')} | {_cell_words(r, 'sampled')} | {_decreases(r)} "
+                     f"| {bridge} |")
     lines += [""]
     bridge = result["bridge"]
     lines += bridge_markdown(bridge) if "skipped" in bridge or bridge.get("vacuous") else [

@@ -55,6 +55,15 @@ MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per 
 SHRINK_SECONDS = 30.0
 
 
+def case_setting(example: "Counterexample") -> str:
+    """The verify setting a counterexample bears on: the one its search recorded (an agentic family),
+    else ``ST`` (one turn) or ``MT``."""
+    recorded = example.search.get("setting")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return "ST" if example.problem.num_turns == 1 else "MT"
+
+
 @dataclass
 class Case:
     """One candidate: a single-instance problem, the initial policy, and the settings."""
@@ -324,6 +333,7 @@ def search(
     deadline: float | None = None,
     keep_on_interrupt: bool = False,
     shrink_seconds: float | None = SHRINK_SECONDS,
+    setting: str = "",
 ) -> SearchResult:
     """Search the hypothesis strategy ``cases`` for a case where ``J`` drops by more than ``tol``.
 
@@ -342,6 +352,10 @@ def search(
 
     Hypothesis's own messages (such as its warning about slow shrinking, which asks the reader to
     report to hypothesis) are kept from the terminal; the result says what happened instead.
+
+    ``setting`` (a verify setting, e.g. an agentic family) is recorded in the counterexample's
+    ``search`` info, so that whoever consults the file knows which cells it bears on
+    (:func:`case_setting`).
     """
     import time
 
@@ -378,7 +392,7 @@ def search(
         max_examples=max_examples, database=None, deadline=None, phases=[Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
-    info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol}
+    info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol} | ({"setting": setting} if setting else {})
     try:
         with with_reporter(lambda _message: None):
             case = find(cases, counted, settings=config, random=random.Random(seed))

@@ -56,16 +56,29 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.update import UpdateSettings, policy_update
 from seeupo.experiments.counterexamples import Counterexample
+from seeupo.tabular.gradient import REL_TOL
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import AlgorithmStep, RunConfig, build_batch, initial_policy, make_optimizer, mirror_step
 
-CAUSES = ("advantage sign", "optimizer", "step size", "no decrease")
+CAUSES = ("flat surrogate", "M factor", "std scaling", "own-action baseline", "advantage sign", "optimizer",
+          "step size", "no decrease")
 FLAT = 1e-12  # a change of J smaller than this is round-off, not a decrease
 VANISHING = 100.0
 """The expected gradient counts as vanishing when the optimizer's first step is at least this many times
 longer than plain gradient ascent's (same lr): then the step's length is the optimizer's, not the gradient's."""
+FLAT_SIGNAL = 1e-5
+"""The expected advantages are *flat* (zero) when none exceeds this fraction of the largest advantage the batch
+holds. Float64 round-off in these weighted means is about 1e-13 of that scale; what lies between is no signal of
+the rewards but a stabilising constant, such as the 1e-6 added to a group's standard deviation (with it set to 0
+the expected advantages of the committed DAPO counterexample vanish to 5.6e-17, tests/experiments/test_explain.py)."""
+SLOPE_TOL = REL_TOL
+"""``grad J . g`` counts as negative (zero) when below (within) this fraction of ``|grad J| |g|``
+(:data:`seeupo.tabular.gradient.REL_TOL`: float64 sums of a few thousand terms)."""
+SCALE_INVARIANT = 1e-3
+"""An estimator is scale-normalised when doubling every reward changes no expected advantage by more than this
+fraction (a std-scaled one moves by about its constant over the std, 1e-6; an unscaled one doubles)."""
 
 
 @dataclass
@@ -132,6 +145,10 @@ class OptimizerRun:
     gradient_norm: float
     slope: float
     first_step_length: float
+    # (turn, grad J . g on that turn's parameters) at the first step that moved each turn, in the order the
+    # turns were updated; independent parameters only (shared parameters do not split by turn)
+    turn_slopes: list[tuple[int, float, float]] = field(default_factory=list)  # (turn, slope, |g| |grad J| there)
+    slope_scale: float = 0.0  # |g| |grad J| at the first step: the size against which the slope's sign is read
 
     @property
     def steps(self) -> int:
@@ -159,6 +176,7 @@ class Explanation:
     reasons: list[str] = field(default_factory=list)  # the numbers behind the cause, one sentence each
     watched: tuple[int, int, int] = (0, 0, 0)  # (turn, history, action) whose probability OptimizerRun traces
     watched_label: str = "s0=0"
+    what_changes: str = ""  # the computed change that keeps J from falling (one sentence), or ""
 
     @property
     def reproduces(self) -> bool:
@@ -242,17 +260,27 @@ def _run_update(
     """
     grad_j = _grad_j(problem, policy)
     params = list(policy.parameters())
+    turn_of = _param_turns(policy)
     t, h, a = watch
     J, best, first = [_j(problem, policy)], [], {}
+    turns: dict[int, tuple[float, float]] = {}
     with torch.no_grad():
         best.append(float(policy.action_probs()[t][0, h, a]))
 
     def before_step(opt, args, kwargs) -> None:
+        g = [torch.zeros_like(p) if p.grad is None else -p.grad.detach().clone() for p in params]
         if not first:
-            g = [torch.zeros_like(p) if p.grad is None else -p.grad.detach().clone() for p in params]
             first["norm"] = float(torch.sqrt(sum((x**2).sum() for x in g)))
             first["slope"] = float(sum((x * y).sum() for x, y in zip(g, grad_j)))
+            first["scale"] = first["norm"] * float(torch.sqrt(sum((y**2).sum() for y in grad_j)))
             first["start"] = [p.detach().clone() for p in params]
+        for turn in sorted(set(turn_of)) if turn_of else ():
+            mine = [k for k, owner in enumerate(turn_of) if owner == turn]
+            if turn in turns or not any(bool(g[k].abs().sum() > 0) for k in mine):
+                continue
+            slope = float(sum((g[k] * grad_j[k]).sum() for k in mine))
+            size = float(torch.sqrt(sum((g[k] ** 2).sum() for k in mine)) * torch.sqrt(sum((grad_j[k] ** 2).sum() for k in mine)))
+            turns[turn] = (slope, size)
 
     def after_step(opt, args, kwargs) -> None:
         if "length" not in first:
@@ -269,7 +297,14 @@ def _run_update(
         for handle in handles:
             handle.remove()
     return OptimizerRun(run.optimizer, run.lr, J, best, first.get("norm", 0.0), first.get("slope", 0.0),
-                        first.get("length", 0.0))
+                        first.get("length", 0.0), [(turn, *turns[turn]) for turn in turns], first.get("scale", 0.0))
+
+
+def _param_turns(policy: TabularPolicy) -> list[int]:
+    """The turn of each parameter tensor (in ``policy.parameters()`` order); ``[]`` for shared parameters."""
+    if policy.parameterization != "independent":
+        return []
+    return [t for t, turn_shapes in enumerate(policy._shapes) for _ in turn_shapes]
 
 
 def _settings(example: Counterexample) -> str:
@@ -302,6 +337,7 @@ def explain(example: Counterexample) -> Explanation:
     state = {name: v.detach().clone() for name, v in policy.state_dict().items()}
     with torch.no_grad():
         before = [p.detach().clone() for p in policy.action_probs()]
+    gen_state = step.generator.get_state()
     batch, adv = build_batch(problem, policy, cfg, run, step.generator)
     # the action whose probability the step traces: the optimal first action at the first history
     watch = (0, 0, int(optimal(problem).Q[0][0, 0].argmax()))
@@ -326,11 +362,13 @@ def explain(example: Counterexample) -> Explanation:
         after = [p.detach().clone() for p in policy.action_probs()]
     J_before, J_after = float(evaluate(problem, before).J[0]), float(evaluate(problem, after).J[0])
     actions = _actions(problem, before, after, batch, adv)
+    start = _Start(problem, state, run, gen_state, watch, before)
     cause, reasons = _cause(J_before, J_after, actions, update, plain, run.parameterization == "shared")
+    cause, reasons, what = _refine(cause, reasons, start, cfg, actions, batch, adv, update, plain, J_before)
     return Explanation(
         example.description, _settings(example), run.mode, k + 1, example.iterations, J_before, J_after,
         example.J_star, recorded[k + 1] if len(recorded) > k + 1 else float("nan"), actions, update, plain, cause,
-        reasons, watch, history_label(problem, watch[0], watch[1]),
+        reasons, watch, history_label(problem, watch[0], watch[1]), what,
     )
 
 
@@ -353,11 +391,14 @@ def _where(row: ActionRow) -> str:
     return f"turn {row.turn} ({row.history_label}), action {row.action}"
 
 
+def _ranked_pairs(actions: list[ActionRow]) -> list[tuple[ActionRow, ActionRow]]:
+    """Pairs ``(x, y)`` of actions at the same history with ``Q(x) < Q(y)``."""
+    return [(x, y) for x in actions for y in actions if (x.turn, x.history) == (y.turn, y.history) and x.q < y.q - FLAT]
+
+
 def misordered(actions: list[ActionRow]) -> list[tuple[ActionRow, ActionRow]]:
     """Pairs ``(x, y)`` of actions at the same history with ``Q(x) < Q(y)`` but ``E[A_hat | x] > E[A_hat | y]``."""
-    return [(x, y) for x in actions for y in actions
-            if (x.turn, x.history) == (y.turn, y.history) and x.q < y.q - FLAT
-            and x.expected_advantage > y.expected_advantage]
+    return [(x, y) for x, y in _ranked_pairs(actions) if x.expected_advantage > y.expected_advantage]
 
 
 def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: OptimizerRun | None,
@@ -384,20 +425,24 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
             "The mirror step follows the expected advantages, whose order is right; the step is too large."]
     slope = (f"the expected gradient of the surrogate at the start has norm {update.gradient_norm:.1e} and "
              f"grad J . g = {update.slope:+.1e}")
-    if update.slope < 0:
+    if _negative(update.slope, update.slope_scale):
         return "advantage sign", reasons + [f"So the expected update points downhill: {slope}."]
+    if update.slope <= SLOPE_TOL * update.slope_scale:  # zero within float64 noise: neither uphill nor downhill
+        slope += f" (zero within {SLOPE_TOL:g} of |g| |grad J|: orthogonal to grad J)"
     shared = (["The parameters are shared across turns and histories: each step on one turn's rows also moves "
                "the policy of the others."] if shared_parameters else [])
     if plain is None:
-        return "step size", reasons + [f"The expected update points uphill ({slope} > 0).", *shared,
+        return "step size", reasons + [f"The expected update does not point downhill ({slope}).", *shared,
                                        "The surrogate, maximised this far, leads past where J is highest."]
     plain_line = (f"Plain gradient ascent ({plain.steps} steps of lr {plain.lr:g} on the same surrogate, from the same "
                   f"start) moves J by {plain.J[-1] - J_before:+.1e} ({J_before:.6f} -> {plain.J[-1]:.6f}; one step: "
                   f"{plain.J[1] - J_before:+.1e}).")
     ratio = amplification(update, plain)
+    longer = (f"its first step is {ratio:.2g} times as long as plain gradient ascent's" if math.isfinite(ratio) else
+              "plain gradient ascent's first step does not move, its first step does")
     adam_line = (f"{_name(update.optimizer)} divides each step by the running size of the gradient, so each parameter moves by "
-                 f"about lr = {update.lr:g} per step whatever the gradient's size: its first step is {ratio:.2g} times "
-                 f"as long as plain gradient ascent's and moves J by {update.J[1] - J_before:+.1e}; its "
+                 f"about lr = {update.lr:g} per step whatever the gradient's size: {longer} "
+                 f"and moves J by {update.J[1] - J_before:+.1e}; its "
                  f"{update.steps} steps end at J = {update.J[-1]:.6f} (J {_peak(update)}).")
     if plain.J[-1] >= J_before - FLAT and ratio >= VANISHING:
         return "optimizer", [
@@ -405,10 +450,162 @@ def _cause(J_before: float, J_after: float, actions: list[ActionRow], update: Op
             f"{_largest(actions):.1e}, and {slope} > 0.", plain_line, adam_line]
     if plain.J[-1] >= J_before - FLAT:
         return "step size", reasons + [
-            f"The expected update points uphill ({slope} > 0) and is not vanishing.", plain_line, adam_line, *shared,
+            f"The expected update does not point downhill ({slope}) and is not vanishing.", plain_line, adam_line, *shared,
             f"{_name(update.optimizer)}'s steps, longer than plain gradient ascent's, go past where J is highest."]
-    return "step size", reasons + [f"The expected update points uphill ({slope} > 0).", plain_line, *shared,
+    return "step size", reasons + [f"The expected update does not point downhill ({slope}).", plain_line, *shared,
                                    "The surrogate, maximised this far, leads past where J is highest."]
+
+
+@dataclass
+class _Start:
+    """The explained iteration's start, from which a changed update is run on a fresh copy (:meth:`what_if`)."""
+
+    problem: TreeMDP
+    state: dict[str, torch.Tensor]
+    run: RunConfig
+    generator_state: torch.Tensor
+    watch: tuple[int, int, int]
+    probs: list[torch.Tensor]  # the policy's action probabilities at the start
+
+    def policy(self, run: RunConfig) -> TabularPolicy:
+        twin = initial_policy(self.problem, run)
+        twin.load_state_dict(self.state)
+        return twin
+
+    def what_if(self, cfg: AlgorithmConfig, run: RunConfig | None = None,
+                problem: TreeMDP | None = None) -> tuple[float, OptimizerRun | None, list[ActionRow]]:
+        """The iteration's update with ``cfg``/``run`` (a fresh optimizer; ``problem``: other rewards), from the
+        same start and generator state: ``(J after, the run, the actions' table)``."""
+        run, problem = run or self.run, problem or self.problem
+        twin = self.policy(run)
+        gen = torch.Generator().manual_seed(0)
+        gen.set_state(self.generator_state)
+        batch, adv = build_batch(problem, twin, cfg, run, gen)
+        rows = _actions(problem, self.probs, self.probs, batch, adv)
+        if run.update == "mirror":
+            mirror_step(twin, batch, adv, cfg, run.mirror_beta, gen)
+            return _j(self.problem, twin), None, rows
+        result = _run_update(self.problem, twin, cfg, run, batch, adv, gen, make_optimizer(twin.parameters(), run), self.watch)
+        return result.J[-1], result, rows
+
+
+def _negative(slope: float, size: float) -> bool:
+    """``slope`` below zero beyond float64 noise (:data:`SLOPE_TOL` of ``size``)."""
+    return slope < -SLOPE_TOL * size
+
+
+def _batch_scale(batch: SampleBatch, adv: torch.Tensor) -> float:
+    """The largest ``|A_hat|`` of a row the update weights (instance 0)."""
+    keep = batch.valid & (batch.instance == 0) & (batch.weight > 0)
+    values = _row_values(batch, adv)[keep]
+    return float(values.abs().max()) if values.numel() else 0.0
+
+
+def _scale_normalised(start: _Start, cfg: AlgorithmConfig, actions: list[ActionRow]) -> bool:
+    """Whether doubling every reward leaves every expected advantage unchanged (:data:`SCALE_INVARIANT`)."""
+    doubled = dataclasses.replace(start.problem, rewards=[2 * r for r in start.problem.rewards])
+    _, _, rows = start.what_if(cfg, problem=doubled)
+    pairs = [(x.expected_advantage, y.expected_advantage) for x, y in zip(actions, rows)
+             if math.isfinite(x.expected_advantage) and x.expected_advantage != 0]
+    return bool(pairs) and all(abs(b - a) <= SCALE_INVARIANT * abs(a) for a, b in pairs)
+
+
+def _ends(row: ActionRow) -> bool:
+    return all(o.ends for o in row.outcomes)
+
+
+def _refine(cause: str, reasons: list[str], start: _Start, cfg: AlgorithmConfig, actions: list[ActionRow],
+            batch: SampleBatch, adv: torch.Tensor, update: OptimizerRun | None, plain: OptimizerRun | None,
+            J_before: float) -> tuple[str, list[str], str]:
+    """The cause made precise, and what changes the outcome (computed): ``(cause, reasons, what_changes)``.
+
+    In this order: a *flat surrogate* (no expected advantage above :data:`FLAT_SIGNAL` of the batch's
+    scale: the decrease is the optimizer's choice); an *M factor* that reverses a turn's update (a turn
+    whose first step points downhill, where the same update with ``m_factor="none"`` does not); for an
+    update that points downhill, *std scaling* (a scale-normalised estimator, :func:`_scale_normalised`:
+    with ``G = 2`` its advantage is a win rate), the *advantage sign* reversed (every ranked pair of
+    actions ordered against ``Q``: a negative scale), or an *own-action baseline* (some pair at one
+    history ordered against ``Q`` and not all: no baseline independent of the trajectory's own actions,
+    with a positive scale, can do that). Each ends with the update changed and ``J`` after it.
+    """
+    if cause == "no decrease":
+        return cause, reasons, ""
+    run = start.run
+    scale = _batch_scale(batch, adv)
+    if scale > 0 and _largest(actions) <= FLAT_SIGNAL * scale:
+        flat = [f"The surrogate is flat: the largest expected advantage |E[A_hat | h, a]| is {_largest(actions):.1e}, "
+                f"below {FLAT_SIGNAL:g} of the largest advantage the batch holds ({scale:.2g}); that much is a "
+                "stabilising constant (such as the 1e-6 added to a standard deviation), not the rewards' signal. "
+                "J fell because the optimizer took full-size steps on it: the decrease is the optimizer's choice, "
+                "not the estimator's."]
+        if plain is not None:
+            what = (f"Plain gradient ascent on the same surrogate ({plain.steps} steps of lr {plain.lr:g}) moves J by "
+                    f"{plain.J[-1] - J_before:+.1e}.")
+        else:
+            J_sgd, _, _ = start.what_if(cfg, dataclasses.replace(run, lr=run.lr / 10))
+            what = f"With a tenth of the step size (lr {run.lr / 10:g}) J moves by {J_sgd - J_before:+.1e}."
+        return "flat surrogate", flat + [r for r in reasons if r.startswith("Plain")], what
+    reversed_turns = [(t, slope) for t, slope, size in (update.turn_slopes if update else []) if _negative(slope, size)]
+    if reversed_turns and cfg.schedule == "sequential" and cfg.m_factor != "none":
+        J_none, plain_m, _ = start.what_if(cfg.replace(m_factor="none"))
+        still = {t for t, slope, size in (plain_m.turn_slopes if plain_m else []) if _negative(slope, size)}
+        turns = [(t, slope) for t, slope in reversed_turns if t not in still]
+        if turns:
+            t, slope = turns[0]
+            return "M factor", [
+                f"Turn {t}'s update points downhill (grad J . g on its parameters = {slope:+.1e} at its first step), "
+                f"but with the M factor left out (m_factor = none) it does not: the factor {cfg.m_factor!r} reverses "
+                f"turn {t}'s update (every updated turn read: "
+                + ", ".join(f"turn {u} {s:+.1e}" for u, s, _ in update.turn_slopes) + ")."], (
+                f"With m_factor = none (the same update otherwise, a fresh optimizer), J goes to {J_none:.6f}.")
+    downhill = cause == "advantage sign"
+    if not downhill:
+        what = (f"Plain gradient ascent on the same surrogate moves J by {plain.J[-1] - J_before:+.1e}." if plain is not None
+                else _fewer_steps(start, cfg, J_before))
+        return cause, reasons, what
+    J_oracle, _, _ = start.what_if(cfg.replace(advantage="oracle"))
+    oracle = f"With the exact advantages Q - V in place of the estimator's (the same update), J goes to {J_oracle:.6f}."
+    pairs = misordered(actions)
+    if (reasons or pairs) and _scale_normalised(start, cfg, actions):
+        J_mean, _, _ = start.what_if(cfg.replace(advantage="grae", grae_center="mean", grae_scale="none"))
+        if cfg.group_size == 2:
+            why = ("The estimator is scale-normalised (doubling every reward leaves its expected advantages unchanged), "
+                   "and with G = 2 such an advantage is only who won the pair: +c to the better return, -c to the worse, "
+                   "0 on a tie. Its expectation is a win rate, P(beat the group-mate) - P(lose to it), which an action "
+                   "with a rare large reward and a frequent small one can win while its mean (Q) is lower.")
+        else:
+            why = ("The estimator is scale-normalised (doubling every reward leaves its expected advantages unchanged): "
+                   "each group's advantages are divided by its own spread, so groups whose returns differ little "
+                   "weigh as much as groups whose returns differ a lot, and the expectation no longer follows Q.")
+        return "std scaling", reasons + [why], (
+            f"With mean-centred advantages (GRAE, mean, no scaling; the same G and update), J goes to {J_mean:.6f}. {oracle}")
+    ranked = _ranked_pairs(actions)
+    if pairs and len(pairs) == len(ranked):
+        return cause, reasons + [
+            f"The expected advantages are ordered against Q in every pair of actions the policy reaches ({len(pairs)} "
+            "of them): a reversed sign (a negative scale) does that, and so can a baseline that depends on the "
+            "trajectory's own actions; this instance does not tell the two apart."], oracle
+    if pairs:
+        x, y = pairs[0]
+        length = ""
+        if _ends(x) != _ends(y):
+            stop, go = (x, y) if _ends(x) else (y, x)
+            length = (f" Action {stop.action} ends the episode at turn {x.turn} and action {go.action} continues: the "
+                      "trajectories through them differ in length, and the estimator's baseline or scale depends on it.")
+        return "own-action baseline", reasons + [
+            f"At turn {x.turn} ({x.history_label}) the expected advantages are ordered against Q. A baseline that does not "
+            "depend on the trajectory's own actions, with a positive scale, keeps that order (E[A_hat | h, a] = c (Q(h, a) "
+            "- b(h))); so this estimator's baseline or scale depends on the trajectory's own actions." + length], oracle
+    return cause, reasons, oracle
+
+
+def _fewer_steps(start: _Start, cfg: AlgorithmConfig, J_before: float) -> str:
+    """What one optimizer step (or a tenth of the step size) does instead, computed."""
+    if cfg.epochs * cfg.minibatches > 1:
+        J_one, _, _ = start.what_if(cfg.replace(epochs=1, minibatches=1))
+        return f"With one optimizer step instead of {cfg.epochs * cfg.minibatches}, J moves by {J_one - J_before:+.1e}."
+    J_small, _, _ = start.what_if(cfg, dataclasses.replace(start.run, lr=start.run.lr / 10))
+    return f"With a tenth of the step size (lr {start.run.lr / 10:g}), J moves by {J_small - J_before:+.1e}."
 
 
 def amplification(update: OptimizerRun, plain: OptimizerRun) -> float:
@@ -425,9 +622,36 @@ def _peak(run: OptimizerRun) -> str:
 def summary_line(explanation: Explanation) -> str:
     """One sentence: how ``J`` moved and why, with the key numbers."""
     e = explanation
+    line = _summary(e)
+    return f"{line} {e.what_changes}" if e.what_changes else line
+
+
+def _summary(e: Explanation) -> str:
     head = f"J {e.J_before:.6f} -> {e.J_after:.6f}"
     if e.cause == "no decrease":
         return f"{head}: J did not fall, nothing to explain."
+    if e.cause == "flat surrogate":
+        return (f"{head}; cause: a flat surrogate — the expected advantages are at most {_largest(e.actions):.1e} in size "
+                f"(zero up to a stabilising constant), so the decrease is the optimizer's choice, not the estimator's.")
+    if e.cause in ("M factor", "std scaling", "own-action baseline"):
+        wrong = [r for r in e.actions if r.wrong_sign]
+        where = (f"; at {_where(wrong[0])} the {'worse' if wrong[0].true_advantage < 0 else 'better'} action (Q - V "
+                 f"{_fmt(wrong[0].true_advantage)}) gets expected advantage {_fmt(wrong[0].expected_advantage)}"
+                 if wrong else "")
+        if e.cause == "M factor":
+            turn = next(r for r in e.reasons if r.startswith("Turn"))
+            turn = turn.split(", but")[0]
+            return f"{head}; cause: the M factor — {turn[0].lower() + turn[1:]}, and not with the factor left out."
+        if e.cause == "std scaling":
+            what = ("with G = 2 the advantage only says who won the pair, so its expectation is a win rate"
+                    if any("win rate" in r for r in e.reasons) else "each group's advantages are divided by its own spread")
+            return f"{head}; cause: std scaling — {what}{where}."
+        x, y = misordered(e.actions)[0]
+        length = " (one of them ends the episode: the baseline or scale depends on the trajectory's length)" if (
+            _ends(x) != _ends(y)) else ""
+        return (f"{head}; cause: a baseline that depends on the trajectory's own actions — at turn {x.turn} "
+                f"({x.history_label}) action {x.action} (Q {x.q:.6f}) gets a larger expected advantage "
+                f"({_fmt(x.expected_advantage)}) than action {y.action} (Q {y.q:.6f}, {_fmt(y.expected_advantage)}){length}.")
     if e.cause == "advantage sign":
         pairs = misordered(e.actions)
         wrong = [r for r in e.actions if r.wrong_sign and any(r in pair for pair in pairs)]
@@ -452,9 +676,9 @@ def summary_line(explanation: Explanation) -> str:
                 f"{e.plain.J[-1] - e.J_before:+.1e}, but {_name(e.update.optimizer)}'s normalised steps of lr {e.update.lr:g} "
                 f"overshoot (J {_peak(e.update)}).")
     ratio = f"; {_name(e.update.optimizer)}'s first step is {amplification(e.update, e.plain):.2g} times as long" if (
-        e.update and e.plain) else ""
+        e.update and e.plain and math.isfinite(amplification(e.update, e.plain))) else ""
     plain = f" (plain gradient ascent: J -> {e.plain.J[-1]:.6f}{ratio})" if e.plain else ""
-    uphill = f"the expected update points uphill (grad J . g = {e.update.slope:+.1e}) but " if e.update else ""
+    uphill = f"the expected update does not point downhill (grad J . g = {e.update.slope:+.1e}) but " if e.update else ""
     return f"{head}; cause: the step size — {uphill}the update goes past where J is highest{plain}."
 
 
@@ -468,6 +692,8 @@ def render(explanation: Explanation) -> str:
     if e.mode == "sampled":
         out += ["Sampled mode: \"expected\" below means the mean over this iteration's batch of rollouts.", ""]
     out += [f"* {r}" for r in e.reasons] + [""]
+    if e.what_changes:
+        out += [f"**What changes the outcome:** {e.what_changes}", ""]
     out += ["### The instance, and the policy before and after the update", "",
             "Q and the true advantage A = Q - V are exact, under the policy before the update. "
             "E[A_hat] is the advantage the algorithm gives the action, averaged over its outcome classes below"

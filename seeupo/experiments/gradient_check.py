@@ -1,6 +1,6 @@
 """The gradient part of ``seeupo check``: an estimator's expected update and its fixed point on agentic problems.
 
-For every agentic family (:data:`seeupo.tabular.problems.AGENTIC_FAMILIES`: the agent stops when
+For every agentic family (:data:`seeupo.tabular.families.AGENTIC_FAMILIES`: the agent stops when
 it chooses, intermediate rewards, stochastic tool results, token actions) and number of turns,
 on random instances, exactly (:mod:`seeupo.tabular.gradient`):
 
@@ -33,7 +33,8 @@ from seeupo.tabular.gradient import (
 )
 from seeupo.tabular.instances import policy_from_dict, problem_from_dict, problem_to_dict
 from seeupo.tabular.policies import TabularPolicy
-from seeupo.tabular.problems import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT, DTYPE, TreeMDP, random_family
+from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
+from seeupo.tabular.problems import DTYPE, TreeMDP, random_family
 from seeupo.validation import InputError, as_object, check_keys, dataclass_from_dict, dumps, read_json
 
 FORMAT = "seeupo-gradient/1"

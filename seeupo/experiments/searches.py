@@ -21,7 +21,8 @@ from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.experiments.counterexamples import Case
 from seeupo.tabular.train import RunConfig
-from seeupo.testing import policies, sequential_bandits, token_bandits, tree_mdps
+from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
+from seeupo.testing import agentic_mdps, policies, sequential_bandits, token_bandits, tree_mdps
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class SearchSpec:
     description: str
     cases: Callable[[], st.SearchStrategy[Case]]
     max_examples: int = 150
+    setting: str = ""  # a verify setting (seeupo.experiments.verify.settings) its problems belong to; "" = by turns (ST/MT)
 
 
 def _settings(draw: st.DrawFn, base: AlgorithmConfig) -> AlgorithmConfig:
@@ -196,10 +198,12 @@ def algorithm_searches(name: str) -> list[SearchSpec]:
     """The generic monotonicity searches of the registered algorithm ``name`` (a preset, built in or a plugin's).
 
     One search per setting: single turn with one-token and two-token actions, two turns on a
-    deterministic bandit and with stochastic outcomes and per-turn rewards, and two turns with
-    parameters shared across turns and histories; each over problems, reward levels, group sizes,
-    step sizes and starting policies (:func:`algorithm_cases`), in exact mode. Their names are
-    ``NAME_<setting>``.
+    deterministic bandit and with stochastic outcomes and per-turn rewards, two turns with
+    parameters shared across turns and histories, and each agentic family of 2 or 3 turns
+    (:data:`~seeupo.tabular.families.AGENTIC_FAMILIES`: the agent stops when it chooses,
+    intermediate rewards, tool results, token actions); each over problems, reward levels, group
+    sizes, step sizes and starting policies (:func:`algorithm_cases`), in exact mode. Their names
+    are ``NAME_<setting>`` (``NAME_agentic_<family>`` for a family).
     """
     if name not in PRESETS:
         raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")
@@ -221,8 +225,14 @@ def algorithm_searches(name: str) -> list[SearchSpec]:
          lambda: algorithm_cases(base, _any_levels(lambda k: sequential_bandits(
              min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=k)), parameterization="shared")),
     ]
-    return [SearchSpec(f"{name}_{key}", ALGORITHM_CLAIM, f"{name}: {text}: J decreases", cases, max_examples=60)
-            for key, text, cases in settings]
+    specs = [SearchSpec(f"{name}_{key}", ALGORITHM_CLAIM, f"{name}: {text}: J decreases", cases, max_examples=60)
+             for key, text, cases in settings]
+    for family in AGENTIC_FAMILIES:
+        specs.append(SearchSpec(
+            f"{name}_agentic_{family}", ALGORITHM_CLAIM, f"{name}: 2 or 3 turns, {AGENTIC_FAMILY_TEXT[family]}: J decreases",
+            lambda family=family: algorithm_cases(base, _any_levels(lambda k: agentic_mdps(family, reward_levels=k))),
+            max_examples=60, setting=family))
+    return specs
 
 
 def get(name: str) -> SearchSpec:

@@ -155,6 +155,8 @@ def search_outcome(entry: dict[str, Any]) -> str:
     stopped = entry.get("stopped") or ""
     if entry["found"]:
         text = f"J decreased: {entry['J'][0]:.6f} -> {entry['J'][-1]:.6f}"
+        if (entry.get("explanation") or {}).get("cause") == "flat surrogate":
+            text += " on a flat surrogate (the optimizer's choice, not counted against the algorithm)"
         return text + (f" (stopped: {stopped}; the case is not shrunk to the end)" if stopped else "")
     words = SEARCH_NO_SIGNAL if entry.get("moved") == 0 and entry["examples"] else NO_DECREASE_FOUND
     return f"{words} in {entry['examples']} cases" + (f" (stopped: {stopped})" if stopped else "")

@@ -51,7 +51,8 @@ import torch
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.core.contract import exact_mode_refusal
 from seeupo.core.registry import adv_estimator, policy_loss
-from seeupo.tabular.problems import TreeMDP, random_token_bandit
+from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
+from seeupo.tabular.problems import TreeMDP, random_family, random_token_bandit
 from seeupo.experiments.verdicts import (
     NO_SIGNAL, TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, refused_label, saved_counterexamples, table1_verdict,
 )
@@ -194,6 +195,11 @@ class VerifyConfig:
     sampled_epochs, sampled_minibatches, tasks: the sampled mode's update, as an LLM run.
     sampled_iterations_factor: sampled runs take this many times more (cheaper, noisier) iterations.
     turns_mt: turns of the multi-turn setting (single-turn has 1).
+    families: the agentic problem families (:data:`seeupo.tabular.families.AGENTIC_FAMILIES`: the
+      agent stops when it chooses, intermediate rewards, tool results, token actions), each a setting
+      of its own beside ST and MT, run in exact mode only (sampled mode adds sampling noise and
+      nothing the exact cell does not measure) with every parameterisation; ``()`` for none.
+    turns_agentic: turns of the agentic settings (the agent may stop before the last).
     vocab_size, length: actions are ``length`` tokens from ``vocab_size``.
     reward_levels: rewards on that many evenly spaced levels in [0, 1] (2 = binary).
     group_size: ``G`` for GRAE.
@@ -224,6 +230,8 @@ class VerifyConfig:
     tasks: int = 4
     sampled_iterations_factor: int = 4
     turns_mt: int = 2
+    families: tuple[str, ...] = tuple(AGENTIC_FAMILIES)
+    turns_agentic: int = 2
     vocab_size: int = 2
     length: int = 2
     reward_levels: int = 3
@@ -281,16 +289,49 @@ def exact_refusal(config: AlgorithmConfig, group_size: int) -> str | None:
     return exact_mode_refusal(config.replace(group_size=group_size))
 
 
+BASE_SETTINGS = ("ST", "MT")
+"""The paper's settings (Table 1): one turn, and ``turns_mt`` turns, on random token bandits."""
+
+
+def settings(cfg: VerifyConfig) -> tuple[str, ...]:
+    """Every setting a cell may have: :data:`BASE_SETTINGS`, then ``cfg.families``."""
+    return (*BASE_SETTINGS, *cfg.families)
+
+
+def setting_runs(cfg: VerifyConfig, setting: str, sequential: bool) -> list[tuple[str, str]]:
+    """``(mode, parameterization)`` of the cells of ``setting``: none for a single turn of a sequential
+    update (nothing to order), exact mode only for an agentic family (:class:`VerifyConfig`)."""
+    if setting == "ST" and sequential:
+        return []
+    modes = [m for m in cfg.modes if setting in BASE_SETTINGS or m == "exact"]
+    return [(mode, param) for mode in modes for param in cfg.parameterizations]
+
+
+def setting_text(setting: str) -> str:
+    """A setting in words (a family's from :data:`~seeupo.tabular.families.AGENTIC_FAMILY_TEXT`)."""
+    return {"ST": "single turn", "MT": "multi-turn token bandit"}.get(setting) or AGENTIC_FAMILY_TEXT[setting]
+
+
 def make_problems(cfg: VerifyConfig, turns: int) -> TreeMDP:
+    """The random token bandits of the ST (``turns`` 1) and MT settings."""
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + turns)
     return random_token_bandit(cfg.instances, turns, cfg.vocab_size, cfg.length, reward_levels=cfg.reward_levels, generator=gen)
+
+
+def setting_problems(cfg: VerifyConfig, setting: str) -> TreeMDP:
+    """The batch of random problems a cell of ``setting`` trains on (seeded by the config and the setting)."""
+    if setting in BASE_SETTINGS:
+        return make_problems(cfg, 1 if setting == "ST" else cfg.turns_mt)
+    index = list(AGENTIC_FAMILIES).index(setting)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + 100 + 10 * index + cfg.turns_agentic)
+    return random_family(setting, cfg.instances, cfg.turns_agentic, reward_levels=cfg.reward_levels, generator=gen)
 
 
 def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: VerifyConfig) -> CellResult:
     """Train ``row`` on a batch of random problems and judge the run."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    problem = make_problems(cfg, 1 if setting == "ST" else cfg.turns_mt)
+    problem = setting_problems(cfg, setting)
     algo = row.config.replace(group_size=cfg.group_size)
     if mode == "sampled" and policy_loss(algo.update).surrogate:
         algo = algo.replace(epochs=cfg.sampled_epochs, minibatches=cfg.sampled_minibatches)
@@ -386,12 +427,12 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
                             tol: float = 1e-7) -> list[dict[str, Any]]:
     """Replay every counterexample file in ``directories`` whose algorithm is one of ``names``.
 
-    Each entry: the file, the algorithm, the setting (``ST``/``MT``), parameters and mode of its
+    Each entry: the file, the algorithm, the setting (``ST``/``MT`` or an agentic family), parameters and mode of its
     run, whether it reproduces and lowers ``J`` by more than ``tol`` (``decreases``), and the
     recomputed ``J``; a file that cannot be loaded (say, recorded with another version of a
     plugin) is listed with ``skipped`` and the reason, and counts for nothing.
     """
-    from seeupo.experiments.counterexamples import Counterexample, replay
+    from seeupo.experiments.counterexamples import Counterexample, case_setting, replay
     from seeupo.validation import read_json
 
     out: list[dict[str, Any]] = []
@@ -409,7 +450,7 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
             J = list(again.recomputed)
             largest = max((a - b for a, b in zip(J, J[1:])), default=0.0)
             out.append({"file": str(path), "search": path.stem, "algorithm": name,
-                        "setting": "ST" if example.problem.num_turns == 1 else "MT",
+                        "setting": case_setting(example),
                         "parameterization": example.run.parameterization, "mode": example.run.mode,
                         "reproduces": bool(again.reproduces), "decreases": bool(again.reproduces and largest > tol),
                         "J": J, "largest_decrease": largest})
@@ -445,7 +486,7 @@ def apply_counterexamples(report: dict[str, Any], examples: list[dict[str, Any]]
     decreasing = [e for e in report["counterexamples"] if e.get("decreases") and e.get("mode", "exact") == "exact"]
     mark_cells(report["cells"], decreasing)
     for entry in report["table1"]:
-        for setting in ("ST", "MT"):
+        for setting in BASE_SETTINGS:
             t = entry[setting]
             hits = [e for e in decreasing if (e["algorithm"], e["setting"], e["parameterization"]) ==
                     (entry["row"], setting, "independent")]
@@ -472,17 +513,18 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
             raise ValueError(f"unknown grid {cfg.grid!r}; expected 'table1' or 'full'")
         rows = table1_rows(cfg.exact_epochs) if cfg.grid == "table1" else full_grid_rows(cfg.exact_epochs)
     by_name = {r.name: r for r in rows}
+    unknown = [f for f in cfg.families if f not in AGENTIC_FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown problem family {unknown[0]!r}; expected some of {list(AGENTIC_FAMILIES)}")
     # exact mode's contract, checked here (once per algorithm) before any cell runs: a refused
     # estimator gets sampled cells only, and the reason is recorded (and shown where its exact cells would be)
     refused = {r.name: exact_refusal(r.config, cfg.group_size) for r in rows}
     cells = [
         (row, setting, mode, param, cfg)
         for row in rows
-        for setting in ("ST", "MT")
-        if not (setting == "ST" and row.config.schedule == "sequential")
-        for mode in cfg.modes
+        for setting in settings(cfg)
+        for mode, param in setting_runs(cfg, setting, row.config.schedule == "sequential")
         if mode == "sampled" or adv_estimator(row.config.advantage).exact  # a refused one: its exact cells say why
-        for param in cfg.parameterizations
     ]
     tasks = [t for t in cells if not (t[2] == "exact" and refused[t[0].name])]
     start = time.perf_counter()
@@ -500,7 +542,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         )
 
     # the saved counterexamples of the Table 1 cells are replayed alongside the cells
-    replay_keys = [(row.name, s) for row in rows for s in ("ST", "MT") if TABLE1_SEARCHES.get((row.name, s))]
+    replay_keys = [(row.name, s) for row in rows for s in BASE_SETTINGS if TABLE1_SEARCHES.get((row.name, s))]
     partial = False
     replays: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:
@@ -531,7 +573,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         entry: dict[str, Any] = {
             "row": row.name, "example": row.example, "advantage": row.advantage, "update": row.update, "level": row.level,
         }
-        for setting in ("ST", "MT"):
+        for setting in BASE_SETTINGS:
             cell = next((r for r in results if r.row == row.name and r.setting == setting and r.mode == "exact" and r.parameterization == "independent"), None)
             entry[setting] = table1_entry(row, setting, cell, cfg, replays.get((row.name, setting), []), refused[row.name])
         table.append(entry)
@@ -575,7 +617,7 @@ def disagreements(report: dict[str, Any]) -> list[str]:
     """One line per Table 1 cell whose measurement disagrees with the paper."""
     out = []
     for e in report["table1"]:
-        for s in ("ST", "MT"):
+        for s in BASE_SETTINGS:
             c = e[s]
             if c["agreement"] != "disagrees":
                 continue
@@ -693,6 +735,7 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     lines += [f"* {d}" for d in found]
     lines += ["", "Random instances rarely contain the cases where an update fails; the targeted counterexample searches "
               "(`seeupo search`) and the verdict on every claim, with the same vocabulary, are in `seeupo claims`.", ""]
+    lines += agentic_markdown(report, embedded=embedded)
     heading = {("exact",): "exact", ("sampled",): "sampled", ("exact", "sampled"): "exact and sampled"}.get(tuple(modes), "none ran")
     lines += [
         ("### " if embedded else "## ") + f"Every cell ({heading})",
@@ -726,6 +769,33 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     if not embedded:
         lines += ["", f"Total time: {report['seconds']:.1f} s.", ""]
     return "\n".join(lines) + ("\n" if embedded else "")
+
+
+def agentic_markdown(report: dict[str, Any], *, embedded: bool = False) -> list[str]:
+    """The agentic families' table (exact mode, one column per family and parameterisation that ran), or nothing."""
+    cfg = report["config"]
+    families = [f for f in cfg.get("families", ()) if any(c["setting"] == f for c in report["cells"])]
+    if not families:
+        return []
+    params = [p for p in cfg["parameterizations"] if any(c["setting"] in families and c["parameterization"] == p
+                                                         for c in report["cells"])]
+    columns = [(f, p) for f in families for p in params]
+    lines = [("### " if embedded else "## ") + "Agentic problem families (exact)", "",
+             f"{cfg['instances']} random problems per cell of {cfg['turns_agentic']} turns, where the agent stops when it "
+             "chooses (action 0 ends the episode before the last turn), rewards on "
+             f"{cfg['reward_levels']} levels, G = {cfg['group_size']}, {cfg['iterations']} iterations: "
+             + "; ".join(f"*{f}*: {setting_text(f)}" for f in families)
+             + ". Same vocabulary as above; the paper makes no claim about these problems.", "",
+             "| Algorithm | " + " | ".join(f"{f} ({p})" for f, p in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for row in report["table1"]:
+        words = []
+        for f, p in columns:
+            cell = next((c for c in report["cells"] if (c["row"], c["setting"], c["mode"], c["parameterization"]) ==
+                         (row["row"], f, "exact", p)), None)
+            words.append("—" if cell is None else cell["verdict"] + (" (counterexample)" if cell.get("random_instances") else ""))
+        lines.append(f"| {row['example']} | " + " | ".join(words) + " |")
+    return lines + [""]
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

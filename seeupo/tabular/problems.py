@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seeupo.tabular.families import AGENTIC_FAMILIES
+
 Tensor = torch.Tensor
 DTYPE = torch.float64
 
@@ -244,29 +246,6 @@ def stop_or_continue(
     terminal = [torch.tensor([True, False]).reshape(1, 1, 2, 1), torch.ones(1, 2, k, 1, dtype=torch.bool)]
     obs = [torch.ones(1, 1, 2, 1, dtype=DTYPE), torch.ones(1, 2, k, 1, dtype=DTYPE)]
     return TreeMDP(torch.ones(1, 1, dtype=DTYPE), (2, k), (1, 1), obs, rewards, terminal)
-
-
-#: The agentic problem families (:func:`random_agentic_mdp`'s settings), named in verify cells,
-#: searches and check reports. In each, action 0 of every turn but the last stops the episode, so
-#: the agent chooses when to stop and turn counts vary within a group.
-AGENTIC_FAMILIES: dict[str, dict[str, object]] = {
-    # the agent decides when to stop; the reward comes when the episode ends
-    "stop": dict(intermediate_rewards=False, observations=1),
-    # ... and every turn that continues earns an intermediate reward
-    "intermediate": dict(intermediate_rewards=True, observations=1),
-    # ... and each call returns one of two tool results at random (stochastic observations)
-    "tool": dict(intermediate_rewards=True, observations=2),
-    # ... with actions of 2 tokens from a vocabulary of 2 (the stop action is the token sequence 0 0)
-    "tokens": dict(intermediate_rewards=True, observations=1, tokens=(2, 2)),
-}
-
-#: What each family models, in words (reports and ``seeupo search --list``).
-AGENTIC_FAMILY_TEXT: dict[str, str] = {
-    "stop": "the agent chooses when to stop, reward at the end",
-    "intermediate": "the agent chooses when to stop, intermediate rewards",
-    "tool": "the agent chooses when to stop, intermediate rewards, stochastic tool results",
-    "tokens": "the agent chooses when to stop, intermediate rewards, actions of 2 tokens",
-}
 
 
 def random_agentic_mdp(

@@ -29,7 +29,7 @@ def _batch(make_batch):
         traj_id=[0, 0, 1, 2, 3], turn=[0, 1, 0, 0, 0], group_id=[0, 0, 0, 1, 1],
         token_mask=[[True, True], [True, False], [True, True], [True, True], [True, True]],
         logp_old=[[-1.0, -0.5], [-0.2, float("-inf")], [-0.3, -0.4], [-0.7, -0.1], [-0.9, -0.6]],
-        traj_return=[1.0, 1.0, 0.0, 0.5, 1.0],
+        traj_return=[1.0, 1.0, 0.0, 0.5, 1.0], data={"hist": torch.zeros(5, 2, dtype=torch.long)},
     )
 
 
@@ -37,6 +37,18 @@ def _centred(batch):
     r = per_trajectory(batch.traj_return, batch)
     return broadcast_to_tokens((r - r.mean())[batch.traj_id], batch)
 
+
+def _numpy_write(t):
+    t.numpy()[0] = 5.0  # shares the memory; torch's version counter does not see it
+    return t
+
+
+def _data_write(t):
+    t.data[0] = 7.0  # .data has a version counter of its own
+    return t
+
+
+UNCOUNTED = "(bytes changed with no in-place operation torch counts, e.g. a write through .numpy() or .data)"
 
 BROKEN_ESTIMATORS = {
     # what the estimator returns -> what the one line says
@@ -49,6 +61,15 @@ BROKEN_ESTIMATORS = {
             "returned non-finite advantages at 9 of 9 valid tokens (first: row 0, token 0 = "),
     "a mutated batch": (lambda b: _centred(b) + b.reward.add_(1.0)[:, None],
                         "expected its inputs left unchanged, got changed in place: batch.reward"),
+    "a write through .numpy()": (lambda b: _centred(b) + 0 * _numpy_write(b.reward)[:, None],
+                                 f"expected its inputs left unchanged, got changed in place: batch.reward {UNCOUNTED}"),
+    "a write through .data": (lambda b: _centred(b) + 0 * _data_write(b.traj_return)[:, None],
+                              f"got changed in place: batch.traj_return {UNCOUNTED}"),
+    "two writes, one counted": (lambda b: _centred(b) + 0 * (_numpy_write(b.weight) + b.turn.add_(1))[:, None],
+                                "got changed in place: batch.turn, batch.weight (batch.weight: bytes changed with no "
+                                "in-place operation torch counts"),
+    "a payload write": (lambda b: _centred(b) + 0 * _numpy_write(b.data["hist"]).sum(),
+                        f"got changed in place: batch.data['hist'] {UNCOUNTED}"),
 }
 
 
@@ -66,6 +87,7 @@ def test_broken_estimator_is_one_line_naming_it_and_where_it_was_registered(case
         compute_advantages(_batch(make_batch), AlgorithmConfig(advantage="broken_est"))
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"advantage estimator 'broken_est' ({HERE}") and expected in text, text
+    assert ("bytes changed with no in-place" in text) == (case != "a mutated batch" and "changed in place" in text)
     assert isinstance(err.value, InputError)  # the command line prints it in one line and exits with 2
 
 
@@ -79,6 +101,27 @@ def test_padding_may_hold_anything_and_a_good_estimator_passes_unchanged(registe
     batch = _batch(make_batch)
     adv = compute_advantages(batch, AlgorithmConfig(advantage="inf_in_padding"))
     assert torch.equal(adv[batch.token_mask], _centred(batch)[batch.token_mask])
+
+
+def test_reading_through_numpy_and_data_passes_and_bytes_not_values_are_compared(registered, make_batch):
+    # NaN != NaN: a comparison of values would blame this estimator for the NaN reward it only read; and a write
+    # that puts back the same bytes leaves the batch as it was (the boundary compares contents, not writes)
+    @register_adv_est("reader")
+    def reader(batch, cfg, **_):
+        """Reads every tensor through .numpy() and .data; writes one value back unchanged."""
+        arr = batch.reward.numpy()
+        arr[1] = arr[1]
+        seen = sum(float(t.data.double().sum()) for t in (batch.traj_return, batch.weight, batch.token_mask))
+        return _centred(batch) + 0.0 * seen
+
+    registered.append((ADV_ESTIMATORS, "reader"))
+    nan_reward = torch.tensor([0.0, float("nan"), 1.0, 0.0, -0.0], dtype=torch.float64)
+    batch = _batch(make_batch).with_updates(reward=nan_reward)
+    before = {name: getattr(batch, name).clone() for name in ("reward", "traj_return", "weight", "token_mask")}
+    adv = compute_advantages(batch, AlgorithmConfig(advantage="reader"))
+    assert torch.equal(adv[batch.token_mask], _centred(batch)[batch.token_mask])
+    assert all(torch.equal(getattr(batch, n), t) or n == "reward" for n, t in before.items())
+    assert torch.equal(batch.reward.nan_to_num(7.0), before["reward"].nan_to_num(7.0))
 
 
 def test_an_exception_in_user_code_keeps_the_users_frames_only(registered, make_batch):
@@ -122,6 +165,8 @@ def test_policy_loss_checks(registered, make_batch):
         "a float mask": (lambda lp, a: (lp * a, torch.zeros_like(lp)), "expected clipped of dtype torch.bool, got dtype"),
         "NaN": (lambda lp, a: (lp * a / 0.0 * 0.0, None), "returned non-finite objective at 9 of 9 valid tokens"),
         "mutates adv": (lambda lp, a: (lp * a.mul_(2.0), None), "got changed in place: adv"),
+        "writes adv through numpy": (lambda lp, a: (lp * _numpy_write(a), None),
+                                     f"got changed in place: adv {UNCOUNTED}"),
     }
     for case, (body, expected) in cases.items():
         register_policy_loss("broken_loss", surrogate=False)(lambda lp, b, a, cfg, body=body: body(lp, a))
@@ -183,3 +228,22 @@ def test_non_finite_inputs_are_not_the_functions_fault(make_batch):
     logp = batch.logp_old.clone().requires_grad_(True)
     objective, _ = policy_objective(logp, batch, adv, update="ppo")
     assert objective.isnan()
+
+
+def test_the_exact_tabular_engine_stops_an_estimator_that_writes_through_numpy(registered):
+    from seeupo.core import preset
+    from seeupo.tabular.problems import random_sequential_bandit
+    from seeupo.tabular.train import RunConfig, run
+
+    @register_adv_est("numpy_writer")
+    def numpy_writer(batch, cfg, **_):
+        """GRPO-like centred returns, after overwriting the rewards through numpy."""
+        _numpy_write(batch.reward)
+        return _centred(batch)
+
+    registered.append((ADV_ESTIMATORS, "numpy_writer"))
+    problem = random_sequential_bandit(2, (2, 2), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(PluginError) as err:
+        run(problem, preset("grpo", advantage="numpy_writer"), RunConfig(mode="exact", iterations=1))
+    assert str(err.value).startswith(f"advantage estimator 'numpy_writer' ({HERE}")
+    assert str(err.value).endswith(f"got changed in place: batch.reward {UNCOUNTED}"), str(err.value)

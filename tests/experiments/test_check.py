@@ -194,7 +194,7 @@ def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_b
     text = (tmp_path / "out/check.md").read_text()
     for s in found:
         e = s["explanation"]
-        assert e["cause"] == "advantage sign"  # the flipped sign favours the worse action
+        assert e["cause"] == "advantage sign"  # the flipped sign favours the worse action in every pair
         assert (tmp_path / "out" / e["file"]).read_text().startswith("## ")
         line = next(line for line in text.splitlines() if line.startswith(f"* `{s['file']}`"))
         assert "cause: the advantage's sign" in line and e["file"] in line
@@ -228,7 +228,12 @@ def test_compare_reports_both_algorithms_side_by_side(tmp_path):
     assert seeupo_run["budget"]["max_examples"] == grpo_run["budget"]["max_examples"]
     text = (tmp_path / "out/check.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| seeupo |") or line.startswith("| grpo |")]
-    assert len(rows) == 2 and all(len(row.split("|")) == 8 for row in rows)
+    assert len(rows) == 2
+    for row in rows:
+        assert len(row.split("|")) == 9, row
+    assert "| Algorithm | Gradient verdict (agentic problems) |" in text
+    for row, run in zip(rows, (seeupo_run, grpo_run)):  # each row leads with its own gradient verdict
+        assert row.split("|")[2].strip().startswith(f"expected update {run['gradient']['direction']}")
     assert (tmp_path / "out/check.png").stat().st_size > 0
     assert (tmp_path / "out/algorithms/grpo/check.md").exists() and (tmp_path / "out/algorithms/seeupo/check.json").exists()
 
@@ -330,3 +335,30 @@ def test_a_gradient_part_stopped_before_any_family_gives_no_verdict():
     from seeupo.experiments.gradient_check import GradientConfig, summarise
 
     assert "skipped" in summarise([], GradientConfig(), 0.0) and "direction" not in summarise([], GradientConfig(), 0.0)
+
+
+def _moved_cell() -> dict:
+    return {"row": "x", "setting": "MT", "mode": "exact", "parameterization": "independent", "violations": 0,
+            "max_violation": 0.0, "verdict": "converges", "instances": 2, "iterations": 3}
+
+
+def _found(search: str, cause: str) -> dict:
+    return {"search": search, "found": True, "reproduces": True, "J": [0.125, 0.123288], "file": f"counterexamples/{search}.json",
+            "examples": 5, "max_examples": 5, "moved": 5, "explanation": {"cause": cause, "summary": "", "file": ""}}
+
+
+def test_a_decrease_on_a_flat_surrogate_is_reported_apart_and_not_counted():
+    from seeupo.experiments.check import monotonicity
+    from seeupo.experiments.verdicts import search_outcome
+
+    report = {"cells": [_moved_cell()], "counterexamples": []}
+    flat = _found("x_st_stochastic", "flat surrogate")
+    alone = monotonicity(report, [flat])
+    assert alone["measured"] == "monotone"
+    assert any(e.startswith("not counted: J fell on a flat surrogate in x_st_stochastic") for e in alone["evidence"])
+    assert "on a flat surrogate (the optimizer's choice, not counted" in search_outcome(flat)
+    # an estimator's own decrease still decides, and the flat one is still named apart
+    both = monotonicity(report, [flat, _found("x_mt_stochastic", "std scaling")])
+    assert both["measured"] == "J decreased"
+    assert both["evidence"][0].startswith("x_mt_stochastic: J 0.125000 -> 0.123288")
+    assert both["evidence"][-1].startswith("not counted: J fell on a flat surrogate in x_st_stochastic")

@@ -298,3 +298,29 @@ def test_shrinking_stops_at_its_time_limit_on_a_fake_clock(monkeypatch):
     unlimited = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20,
                        condition=lambda case: float(case.problem.rewards[0].abs().sum()) > 0, shrink_seconds=None)
     assert unlimited.stopped == "" and unlimited.examples > result.examples  # the limit, not the search, stopped it
+
+
+def test_agentic_searches_record_their_family_and_verify_reads_it(tmp_path):
+    """An agentic search's case is saved with its family as setting, and ``consult_counterexamples`` files it under
+    that setting (not under MT, which its number of turns alone would say)."""
+    from seeupo.experiments.counterexamples import case_setting, search
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.experiments.verify import consult_counterexamples
+    from seeupo.tabular.families import AGENTIC_FAMILIES
+
+    specs = {spec.setting: spec for spec in algorithm_searches("grpo") if spec.setting}
+    assert list(specs) == list(AGENTIC_FAMILIES)
+    spec = specs["tool"]
+    assert spec.name == "grpo_agentic_tool" and "stochastic tool results" in spec.description
+    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
+                    condition=lambda case: True, setting=spec.setting)
+    found = result.found
+    assert found is not None and found.search["setting"] == "tool" and case_setting(found) == "tool"
+    assert 2 <= found.problem.num_turns <= 3 and found.problem.obs_per_turn[0] == 2  # two tool results
+    found.save(tmp_path / f"{spec.name}.json")
+    again = Counterexample.load(tmp_path / f"{spec.name}.json")
+    assert case_setting(again) == "tool"
+    consulted = consult_counterexamples(["grpo"], [str(tmp_path)])
+    assert [e["setting"] for e in consulted] == ["tool"]
+    # a file without a recorded setting is filed by its number of turns, as before
+    assert case_setting(dataclasses.replace(again, search={})) == "MT"

@@ -13,7 +13,7 @@ from seeupo import plugins
 from seeupo.cli import main
 from seeupo.core.config import preset
 from seeupo.experiments.counterexamples import Case, Counterexample, record
-from seeupo.experiments.explain import BEGIN, END, VANISHING, amplification, explain, render, restate, summary_line
+from seeupo.experiments.explain import BEGIN, END, FLAT_SIGNAL, VANISHING, amplification, explain, render, restate, summary_line
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import RunConfig
 
@@ -78,9 +78,17 @@ def test_hand_made_bandit_grpo_g2_gives_the_worse_action_a_positive_expected_adv
     assert e.J_after == pytest.approx((1 - p1) * q0 + p1 * q1, rel=1e-12)
     assert e.J_after < e.J_before
 
-    assert e.cause == "advantage sign"
+    # G = 2 and a scale-normalised advantage: only who won the pair counts, a win rate, which the riskier action wins
+    assert e.cause == "std scaling"
     assert e.plain is None  # the update is plain gradient ascent already
-    assert "the worse action (Q - V -0.016667) gets expected advantage +0.117848" in summary_line(e)
+    line = summary_line(e)
+    assert "win rate" in line and "the worse action (Q - V -0.016667) gets expected advantage +0.117848" in line
+    # what changes it: mean-centred advantages, E[A_hat | b] = (Q(b) - V) / 2 (G = 2), so one SGD step of lr 1
+    # moves the logit of b by pi(b) (Q(b) - V) / 2 and pi(1) = sigmoid(1/120)
+    p1_mean = 1 / (1 + math.exp(-(0.25 * (q1 - v) - 0.25 * (q0 - v))))
+    J_mean = (1 - p1_mean) * q0 + p1_mean * q1
+    assert J_mean > e.J_before
+    assert f"With mean-centred advantages (GRAE, mean, no scaling; the same G and update), J goes to {J_mean:.6f}." in line
 
 
 def test_hand_made_bandit_with_the_oracle_advantage_has_no_decrease():
@@ -93,11 +101,14 @@ def test_hand_made_bandit_with_the_oracle_advantage_has_no_decrease():
     assert e.cause == "no decrease" and e.J_after > e.J_before
 
 
-def test_committed_dapo_counterexample_is_the_optimizer(load):
+def test_committed_dapo_counterexample_is_a_flat_surrogate(load):
     load("dapo")
     e = explain(Counterexample.load(DAPO))
     assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.125000", "0.123288")
-    assert e.reproduces and e.cause == "optimizer"
+    # the expected advantages (2e-6) are below FLAT_SIGNAL of the batch's scale (1.6 / sqrt 2): no signal, the
+    # optimizer chose the step (with the std constant at 0 they vanish: the next test)
+    assert e.reproduces and e.cause == "flat surrogate"
+    assert max(abs(row.expected_advantage) for row in e.actions) <= FLAT_SIGNAL * 1.6 / math.sqrt(2)
     worse, better = e.actions  # action 0 pays 0.1; action 1 pays 0 or 0.3 (Q 0.15 = J*)
     assert (worse.true_advantage, better.true_advantage) == (pytest.approx(-0.025), pytest.approx(0.025))
     # both expected advantages are about -+2e-6, of the right sign
@@ -114,7 +125,8 @@ def test_committed_dapo_counterexample_is_the_optimizer(load):
     # Adam's normalised steps: up first, past the surrogate's optimum, and back below the start
     assert max(e.update.J) > 0.134 and e.update.J[-1] == pytest.approx(e.J_after)
     text = render(e)
-    assert "**Cause: optimizer.**" in text and "plain gradient ascent moves J by +2.0e-07" in text
+    assert "**Cause: flat surrogate.**" in text and "the decrease is the optimizer's choice" in text
+    assert "**What changes the outcome:** Plain gradient ascent on the same surrogate (40 steps of lr 0.2) moves J by +2.0e-07." in text
 
 
 def test_dapo_without_the_std_constant_leaves_j_at_its_start(load, monkeypatch):
@@ -131,19 +143,21 @@ def test_dapo_without_the_std_constant_leaves_j_at_its_start(load, monkeypatch):
     assert e.cause == "no decrease"
 
 
-def test_committed_two_turn_mt_grpo_counterexample_is_the_advantage_sign(load):
+def test_committed_two_turn_mt_grpo_counterexample_is_std_scaling(load):
     load("mt_grpo")
     e = explain(Counterexample.load(MT_GRPO))
     assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.279829", "0.278373")
-    assert e.reproduces and e.cause == "advantage sign"
+    assert e.reproduces and e.cause == "std scaling" and e.update.slope < 0
     first = [row for row in e.actions if row.turn == 0]
     weaker = min(first, key=lambda row: row.q)
     assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.112"
     assert e.update.slope < 0 and e.plain.J[-1] < e.J_before  # plain gradient ascent lowers J too
-    assert "+0.112157" in summary_line(e)
+    assert "+0.112157" in summary_line(e) and "win rate" in summary_line(e)
+    J_mean = float(e.what_changes.split("J goes to ")[1].split(".")[0] + "." + e.what_changes.split("J goes to ")[1].split(".")[1])
+    assert J_mean > e.J_before  # mean-centred advantages raise J from the same start
 
 
-@pytest.mark.parametrize("stem, path, cause", [("dapo", DAPO, "optimizer"), ("mt_grpo", MT_GRPO, "advantage sign")])
+@pytest.mark.parametrize("stem, path, cause", [("dapo", DAPO, "flat surrogate"), ("mt_grpo", MT_GRPO, "std scaling")])
 def test_replay_explain_on_the_command_line(capsys, stem, path, cause):
     plugins.forget_plugins()
     try:
@@ -180,5 +194,57 @@ def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(mo
     readme = (CHECKS / "README.md").read_text()
     assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + block
     assert (CHECKS / "explanations.md").read_text().endswith(full)
-    assert "dapo_st_stochastic.json`: J 0.125000 -> 0.123288; cause: the optimizer" in block
-    assert "mt_grpo_mt_stochastic.json`: J 0.279829 -> 0.278373; cause: the advantage's sign" in block
+    assert "dapo_st_stochastic.json`: J 0.125000 -> 0.123288; cause: a flat surrogate" in block
+    assert "mt_grpo_mt_stochastic.json`: J 0.279829 -> 0.278373; cause: std scaling" in block
+    # its one ranked pair is reversed: a negative scale or an own-action baseline, which one instance cannot tell apart
+    assert "turn_mean_rtg_mt_stochastic.json`: J 0.250000 -> 0.240202; cause: the advantage's sign" in block
+
+
+def test_a_negative_m_factor_reverses_a_turn_and_every_turn_is_read():
+    """A plugin M factor ``-F * ratio``: reverse order updates turn 1 first (F = 1), then turn 0 with F < 0. The
+    explanation reads each updated turn's first step: turn 1 uphill, turn 0 downhill, and not without the factor."""
+    from seeupo.core.registry import M_FACTORS, register_m_factor
+    from seeupo.tabular.problems import sequential_bandit
+
+    register_m_factor("explain_test_negate", uses_ratio=True)(lambda factor, ratio, cfg: -factor * ratio.to(factor.dtype))
+    try:
+        problem = sequential_bandit(torch.ones(1), (2, 2), torch.tensor([[[0.0, 0.0], [0.0, 1.0]]]))  # 1 for (1, 1) only
+        cfg = preset("seeupo").replace(m_factor="explain_test_negate", group_size=2, epochs=1, grae_scale="none")
+        e = explain(record(Case(problem, None, cfg, RunConfig(optimizer="sgd", lr=1.0, init_scale=0.0), 1), "monotone", "negate"))
+        assert e.J_after < e.J_before and e.cause == "M factor"
+        (first, slope1, _), (second, slope0, _) = e.update.turn_slopes
+        # turn 1 at the uniform start (J = 1/4): after a0 = 1 (reach 1/2) Q = (0, 1), V = 1/2, so grad J in the
+        # two logits is reach x pi x (Q - V) = (-1/8, +1/8); with G = 2 mean-centred, E[A_hat | h, a] = (Q - J) / 2 =
+        # (-1/8, 3/8) and the surrogate's gradient is reach x pi x (E[A_hat] - sum pi E[A_hat]) = (-1/16, +1/16);
+        # after a0 = 0 every reward is 0 and both vanish. grad J . g = 1/128 + 1/128 = 1/64
+        assert (first, second) == (1, 0) and slope1 == pytest.approx(1 / 64, rel=1e-12) and slope0 < 0
+        assert "the factor 'explain_test_negate' reverses turn 0's update" in " ".join(e.reasons)
+        assert "turn 1 +1.6e-02, turn 0 -1.7e-02" in " ".join(e.reasons)  # every updated turn read
+        assert e.what_changes.startswith("With m_factor = none") and "J goes to 0.282183" in e.what_changes
+        assert "inf times" not in render(e)
+    finally:
+        M_FACTORS._entries.pop("explain_test_negate", None)
+
+
+def test_a_baseline_that_depends_on_the_trajectory_length_on_stop_or_continue(load):
+    """turn_mean_rtg on the stop-or-continue problem (stop 0.6; continue 0.3 then 0.5 or 0), at pi_0 = (1/2, 1/2),
+    pi_1 = (9/10, 1/10), G = 2: continuing is better at turn 0 (Q 0.75 against 0.6), yet the estimator, which
+    divides the return-to-go by the turns left, gives stopping the larger expected advantage."""
+    from seeupo.core.config import PRESETS
+    from seeupo.tabular.problems import stop_or_continue
+
+    load("turn_mean_rtg")
+    start = [torch.tensor([[[0.5, 0.5]]], dtype=DTYPE), torch.tensor([[[0.9, 0.1], [0.9, 0.1]]], dtype=DTYPE)]
+    cfg = PRESETS["turn_mean_rtg"].replace(group_size=2)
+    example = record(Case(stop_or_continue(0.6, 0.3, (0.5, 0.0)), start, cfg, RunConfig(optimizer="sgd", lr=1.0), 1),
+                     "monotone", "stop or continue")
+    e = explain(example)
+    assert e.J_before == pytest.approx(0.675) and e.J_after < e.J_before
+    assert e.cause == "own-action baseline"
+    stop, go = [row for row in e.actions if row.turn == 0]
+    assert (stop.q, go.q) == (pytest.approx(0.6), pytest.approx(0.75))
+    assert stop.expected_advantage == pytest.approx(9 / 160) and go.expected_advantage == pytest.approx(-9 / 160)
+    line = summary_line(e)
+    assert "one of them ends the episode" in line and "trajectory's length" in line
+    J_oracle = float(e.what_changes.rsplit("J goes to ", 1)[1].rstrip("."))
+    assert J_oracle > e.J_before  # the exact advantages raise J from the same start

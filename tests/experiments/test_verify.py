@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from seeupo.experiments.verdicts import AGREEMENT, EXACT_MEASURED, MEASURED, SAMPLED_MEASURED, table1_verdict
 from seeupo.experiments.verify import (
@@ -133,9 +134,53 @@ def test_default_verify_run_end_to_end():
     # every row in both settings (sequential rows only MT) x modes x parameterisations
     rows = table1_rows(VerifyConfig().exact_epochs)
     expected = sum(2 if r.config.schedule == "simultaneous" else 1 for r in rows) * 2 * 2
-    assert len(cells) == expected
+    families = len(VerifyConfig().families) * len(rows) * 2  # exact mode only, both parameterisations
+    assert len(cells) == expected + families
     for entry in report["table1"]:
         for setting in ("ST", "MT"):
             if entry[setting]["paper"] != "—":
                 assert entry[setting]["measured"] != "—"
     assert report["table1"][[e["row"] for e in report["table1"]].index("gspo")]["ST"]["agreement"] == "disagrees"
+
+
+def test_agentic_families_are_settings_of_their_own_in_exact_mode_only():
+    from seeupo.experiments.verify import BASE_SETTINGS, setting_problems, setting_runs, settings
+    from seeupo.tabular.families import AGENTIC_FAMILIES
+
+    cfg = VerifyConfig()
+    assert settings(cfg) == (*BASE_SETTINGS, *AGENTIC_FAMILIES)
+    assert setting_runs(cfg, "MT", False) == [(m, p) for m in ("exact", "sampled") for p in ("independent", "shared")]
+    assert setting_runs(cfg, "tool", False) == [("exact", "independent"), ("exact", "shared")]
+    assert setting_runs(cfg, "ST", True) == [] and setting_runs(cfg, "stop", True) != []
+    for family in AGENTIC_FAMILIES:
+        problem = setting_problems(cfg, family)
+        assert problem.num_turns == cfg.turns_agentic and problem.num_instances == cfg.instances
+        # action 0 stops before the last turn; every other action continues
+        assert bool(problem.terminal[0][..., 0, :].all()) and not bool(problem.terminal[0][..., 1:, :].any())
+    assert problem.tokens == ((2, 2),) * cfg.turns_agentic  # the last family: actions of 2 tokens
+    # each setting has its own problems, the same on every call
+    assert not torch.equal(setting_problems(cfg, "stop").rewards[-1], setting_problems(cfg, "intermediate").rewards[-1])
+    assert torch.equal(setting_problems(cfg, "tool").obs_probs[0], setting_problems(cfg, "tool").obs_probs[0])
+
+
+def test_family_cells_run_and_have_their_own_table():
+    cfg = VerifyConfig(**{**QUICK.__dict__, "instances": 2, "iterations": 2, "workers": 1, "algorithms": ("rloo",),
+                          "families": ("stop", "tool")})
+    report = verify(cfg)
+    assert [c["setting"] for c in report["cells"]] == ["ST", "MT", "stop", "tool"]
+    assert all(c["mode"] == "exact" and c["verdict"] in EXACT_MEASURED for c in report["cells"])
+    text = markdown(report)
+    table = text.split("## Agentic problem families (exact)")[1].split("## Every cell")[0]
+    assert "| Algorithm | stop (independent) | tool (independent) |" in table
+    verdicts = {c["setting"]: c["verdict"] for c in report["cells"]}
+    assert f"| RLOO | {verdicts['stop']} | {verdicts['tool']} |" in table
+    assert "stochastic tool results" in table  # each family said in words
+    # Table 1 stays on its own problems
+    assert set(report["table1"][0]) >= {"ST", "MT"} and "stop" not in report["table1"][0]
+    none = verify(VerifyConfig(**{**cfg.__dict__, "families": ()}))
+    assert [c["setting"] for c in none["cells"]] == ["ST", "MT"] and "Agentic problem families" not in markdown(none)
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match="unknown problem family 'chess'"):
+        verify(VerifyConfig(**{**QUICK.__dict__, "families": ("chess",), "algorithms": ("rloo",)}))
