@@ -537,7 +537,7 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
     def record(res: CellResult) -> None:
         results.append(res)
         say(
-            f"[{len(results)}/{len(tasks)}] {res.row:15s} {res.setting} {res.mode:7s} {res.parameterization:11s} "
+            f"[{len(results)}/{len(tasks)}] {res.row:15s} {res.setting:12s} {res.mode:7s} {res.parameterization:11s} "
             f"{res.verdict:22s} ({res.seconds:.1f}s)"
         )
 
