@@ -55,6 +55,18 @@ MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per 
 SHRINK_SECONDS = 30.0
 
 
+def _stop_inside(error: BaseException) -> "_OutOfTime | KeyboardInterrupt | None":
+    """The time-out or interrupt that ``error`` is or holds: hypothesis wraps one that comes while it replays the
+    case it found (a ``FlakyFailure``, an exception group) instead of letting it through."""
+    if isinstance(error, (_OutOfTime, KeyboardInterrupt)):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _stop_inside(inner)
+        if found is not None:
+            return found
+    return None
+
+
 def case_setting(example: "Counterexample") -> str:
     """The verify setting a counterexample bears on: the one its search recorded (an agentic family),
     else ``ST`` (one turn) or ``MT``."""
@@ -398,8 +410,9 @@ def search(
             case = find(cases, counted, settings=config, random=random.Random(seed))
     except NoSuchExample:
         return SearchResult(None, count, seed, -1 if condition else moved_count)
-    except (_OutOfTime, KeyboardInterrupt) as stop:
-        if isinstance(stop, KeyboardInterrupt) and not keep_on_interrupt:
+    except BaseException as error:  # noqa: BLE001 - only a stop of ours is handled; anything else is raised again
+        stop = _stop_inside(error)
+        if stop is None or (isinstance(stop, KeyboardInterrupt) and not keep_on_interrupt):
             raise
         why = "budget" if isinstance(stop, _OutOfTime) else "interrupted"
         found = None

@@ -324,3 +324,33 @@ def test_agentic_searches_record_their_family_and_verify_reads_it(tmp_path):
     assert [e["setting"] for e in consulted] == ["tool"]
     # a file without a recorded setting is filed by its number of turns, as before
     assert case_setting(dataclasses.replace(again, search={})) == "MT"
+
+
+def test_a_time_out_wrapped_by_hypothesis_still_stops_the_search_with_its_case(monkeypatch):
+    """Hypothesis replays the case it found once more at the end; a deadline that passes then raises inside that
+    replay, and hypothesis reports it as a FlakyFailure (an exception group). Seen in a --quick check of a plugin:
+    a traceback, exit 1. The search must treat it as its budget running out and keep the case."""
+    import hypothesis
+    from hypothesis.errors import FlakyFailure
+
+    from seeupo.experiments.counterexamples import _OutOfTime, _stop_inside, search
+    from seeupo.experiments.searches import algorithm_searches
+
+    spec = algorithm_searches("grpo")[0]
+
+    def find(cases, test, **_):  # one failing case drawn, then the deadline passes during the final replay
+        test(Case(sequential_bandit(torch.ones(1, dtype=DTYPE), (2,), torch.tensor([[0.0, 1.0]], dtype=DTYPE)), None,
+                  preset("grpo"), RunConfig(), 1))
+        raise FlakyFailure("Inconsistent results from replaying a test case!", [_OutOfTime(), AssertionError()])
+
+    monkeypatch.setattr(hypothesis, "find", find)
+    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=5,
+                    condition=lambda case: True)
+    assert result.stopped == "budget" and result.found is not None
+    assert "not minimal" in result.found.search["stopped"]
+    assert isinstance(_stop_inside(BaseExceptionGroup("g", [ValueError(), BaseExceptionGroup("h", [KeyboardInterrupt()])])),
+                      KeyboardInterrupt)
+    assert _stop_inside(ExceptionGroup("g", [ValueError()])) is None
+    with pytest.raises(ValueError):  # anything else is not ours: raised again
+        monkeypatch.setattr(hypothesis, "find", lambda *a, **k: (_ for _ in ()).throw(ValueError("bug")))
+        search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=5)
