@@ -202,6 +202,8 @@ class Calibration:
     seconds: what the calibration itself took.
     agentic_iteration: seconds per exact-mode iteration of an agentic family's cell (tool results,
       the dearest family); 0 without an exact mode (no family cell runs).
+    ascent_call: seconds per step of the gradient part's plain ascent (one expected direction on the
+      ascent's problems, the mean over the families); 0 without an exact mode.
     """
 
     iteration: float
@@ -209,6 +211,7 @@ class Calibration:
     seconds: float
     gradient_call: float = 0.0
     agentic_iteration: float = 0.0
+    ascent_call: float = 0.0
 
 
 def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfig = GradientConfig()) -> Calibration:
@@ -226,40 +229,52 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
     t = time.perf_counter()
     run_cell(row, "MT", mode, "independent", tiny)
     iteration = (time.perf_counter() - t) / 2
-    search_case = gradient_call = agentic_iteration = 0.0
+    search_case = gradient_call = agentic_iteration = ascent_call = 0.0
     if exact and cfg.families:
         t = time.perf_counter()
         run_cell(row, "tool" if "tool" in cfg.families else cfg.families[0], "exact", "independent", tiny)
         agentic_iteration = (time.perf_counter() - t) / 2
     if exact:
-        gradient_call = _time_gradient_call(name, gradient)
+        gradient_call = _time_gradient_call(name, gradient, ["tool"], max(gradient.turns))
+        if gradient.ascent_steps and gradient.ascent_turns:
+            ascent_call = _time_gradient_call(name, gradient, list(gradient.families), max(gradient.ascent_turns))
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
         t = time.perf_counter()
         # a condition that is never met: hypothesis draws the cases and never shrinks
         tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
                        condition=lambda case: robust_decrease(case) and False).examples
         search_case = (time.perf_counter() - t) / max(1, tried)
-    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration)
+    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call)
 
 
-def _time_gradient_call(name: str, cfg: GradientConfig) -> float:
-    """Seconds of one expected direction on the gradient part's dearest batch (tool results, its most turns)."""
+def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int) -> float:
+    """Seconds of one expected direction on the gradient part's batch of ``turns`` turns, the mean over ``families``."""
     from seeupo.core.config import PRESETS
     from seeupo.experiments.gradient_check import family_problems
     from seeupo.tabular.gradient import gradient_directions
     from seeupo.tabular.policies import TabularPolicy
 
-    problem = family_problems(cfg, "tool", max(cfg.turns))
-    t = time.perf_counter()
-    gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size))
-    return time.perf_counter() - t
+    seconds = []
+    for family in families:
+        problem = family_problems(cfg, family, turns)
+        t = time.perf_counter()
+        gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size))
+        seconds.append(time.perf_counter() - t)
+    return sum(seconds) / len(seconds)
 
 
-def gradient_calls(cfg: GradientConfig) -> int:
-    """Expected directions the gradient part computes: one per family, number of turns and start, one per ascent step."""
+def gradient_calls(cfg: GradientConfig) -> tuple[int, int]:
+    """Expected directions the gradient part computes: ``(directions, ascent steps)``, one direction per family,
+    number of turns and start, and one per step of plain ascent (at most ``ascent_steps``: the one estimated)."""
     directions = len(cfg.families) * len(cfg.turns) * (cfg.starts + 1)
     ascent = len(cfg.families) * len([t for t in cfg.ascent_turns if t in cfg.turns]) * cfg.ascent_steps
-    return directions + ascent
+    return directions, ascent
+
+
+def gradient_seconds(cfg: GradientConfig, cal: Calibration) -> float:
+    """The gradient part's estimated seconds, from ``cal``."""
+    directions, ascent = gradient_calls(cfg)
+    return directions * cal.gradient_call + ascent * (cal.ascent_call or cal.gradient_call)
 
 
 def _cells(name: str, cfg: VerifyConfig, exact: bool) -> list[tuple[str, str, str]]:
@@ -294,13 +309,13 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
     bridge_s = len(budget.bridge_seeds) * per_seed if bridge else 0.0
-    gradient_s = gradient_calls(budget.gradient) * cal.gradient_call if exact else 0.0
+    gradient_s = gradient_seconds(budget.gradient, cal) if exact else 0.0
     total = cal.seconds + gradient_s + verify_s + searches_s + bridge_s + WRITE_SECONDS
     return {"cells": len(cells), "instances": cfg.instances, "iterations": cfg.iterations, "searches": searches if exact else 0,
             "bridge_seeds": list(budget.bridge_seeds),
             "max_examples": budget.max_examples, "bridge_runs": len(budget.bridge_seeds) if bridge else 0,
             "bridge_steps": budget.bridge_steps, "calibration": cal.seconds, "verify": verify_s, "search_time": searches_s,
-            "bridge": bridge_s, "gradient": gradient_s, "gradient_calls": gradient_calls(budget.gradient) if exact else 0,
+            "bridge": bridge_s, "gradient": gradient_s, "gradient_calls": sum(gradient_calls(budget.gradient)) if exact else 0,
             "total": total, "budget": budget.seconds}
 
 

@@ -295,6 +295,26 @@ def test_fit_brings_the_estimate_within_the_budget(which, seconds):
     assert budget.max_examples <= start.max_examples and budget.verify.iterations <= start.verify.iterations
 
 
+def test_plan_prices_each_part_by_its_own_calibration():
+    """Directions on the gradient part's dearest batch, ascent steps on the ascent's problems, agentic cells by their
+    own iteration time: a check of 60 s overestimated by 4.6x when ascent steps were priced as three-turn directions."""
+    from seeupo.experiments import check
+
+    budget = check.QUICK
+    cal = check.Calibration(iteration=0.2, search_case=0.1, seconds=1.0, gradient_call=0.02, agentic_iteration=0.5,
+                            ascent_call=0.004)
+    estimate = check.plan("grpo", budget, cal, exact=True, bridge=False, searches=9)
+    directions, ascent = check.gradient_calls(budget.gradient)
+    g = budget.gradient
+    assert directions == len(g.families) * len(g.turns) * (g.starts + 1)
+    assert ascent == len(g.families) * len(g.ascent_turns) * g.ascent_steps
+    assert estimate["gradient"] == pytest.approx(directions * 0.02 + ascent * 0.004)
+    cfg = budget.verify
+    cells = 2 + len(cfg.families)  # ST and MT on token bandits, then each family (exact, independent: --quick)
+    expected = (2 * 0.2 + len(cfg.families) * 0.5) * cfg.iterations / min(cfg.workers, cells) + check.POOL_START_SECONDS
+    assert estimate["cells"] == cells and estimate["verify"] == pytest.approx(expected)
+
+
 def test_fit_never_grows_the_sizes_and_keeps_the_minimums():
     from seeupo.experiments.check import DEFAULT, MIN_EXAMPLES, MIN_ITERATIONS, Calibration, fit
 
