@@ -107,7 +107,13 @@ def dapo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
     n_inf = segment_sum(tokens * informative[batch.traj_id], batch.instance, batch.num_instances)
     # no informative group: every advantage is 0 already (and 0 * N / 0 would be nan)
     rescale = torch.where(n_inf > 0, n_all / torch.where(n_inf > 0, n_inf, 1.0), 0.0)
-    return broadcast_to_tokens(adv[batch.traj_id] * rescale[batch.instance], batch)
+    own = adv[batch.traj_id]
+    out = torch.where(informative[batch.traj_id], own * rescale[batch.instance], 0.0)
+    # exact mode near a deterministic policy: informative groups of probability ~1e-310, which no run ever draws,
+    # make N / N_inf (or its product with a finite advantage) overflow; such a batch has no signal, as if none were
+    # drawn (a non-finite advantage, from non-finite rewards, is left as it is: the update skips that step)
+    out = torch.where(torch.isfinite(out) | ~torch.isfinite(own), out, 0.0)
+    return broadcast_to_tokens(out, batch)
 
 
 PRESET = register_preset(preset("grpo", name="dapo", advantage="dapo", grae_scale="group_std", clip_eps_low=0.2,

@@ -1,5 +1,5 @@
 """``seeupo.experiments.explain``: the numbers of an explanation against hand computations, the
-committed DAPO and MT-GRPO counterexamples (paper_repro/algorithms), and ``seeupo replay --explain``."""
+flat surrogate of GRPO and DAPO by hand, the committed MT-GRPO and turn_mean_rtg counterexamples (paper_repro/algorithms), and ``seeupo replay --explain``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from seeupo.tabular.train import RunConfig
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = ROOT / "examples" / "algorithms"
 CHECKS = ROOT / "paper_repro" / "algorithms"
-DAPO = CHECKS / "dapo" / "counterexamples" / "dapo_st_stochastic.json"
 MT_GRPO = CHECKS / "mt_grpo" / "counterexamples" / "mt_grpo_mt_stochastic.json"
 EPS = 1e-6  # the std constant of GRPO and of the plugins
 
@@ -101,15 +100,29 @@ def test_hand_made_bandit_with_the_oracle_advantage_has_no_decrease():
     assert e.cause == "no decrease" and e.J_after > e.J_before
 
 
-def test_committed_dapo_counterexample_is_a_flat_surrogate(load):
+def flat_bandit() -> TreeMDP:
+    """Action 0 pays 0.1 for sure; action 1 pays 0 or 0.3 with probability 1/2 each (Q 0.15 = J*). With G = 2 and
+    the group std, each action beats its group-mate as often as it loses to it: the expected advantages are 0, up
+    to the constant added to the std. (DAPO's committed counterexample of 2026-11-26, made by hand.)"""
+    obs = torch.tensor([[[[0.5, 0.5], [0.5, 0.5]]]], dtype=DTYPE)
+    rew = torch.tensor([[[[0.1, 0.1], [0.0, 0.3]]]], dtype=DTYPE)
+    return TreeMDP(torch.ones(1, 1, dtype=DTYPE), (2,), (2,), [obs], [rew], [torch.ones(1, 1, 2, 2, dtype=torch.bool)])
+
+
+def _flat_example(algorithm: str):
+    cfg = preset(algorithm, group_size=2, epochs=40)
+    return record(Case(flat_bandit(), None, cfg, RunConfig(lr=0.2, init_scale=0.0), 1), "monotone", f"{algorithm}, flat")
+
+
+def test_dapo_on_a_flat_surrogate(load):
     load("dapo")
-    e = explain(Counterexample.load(DAPO))
+    e = explain(_flat_example("dapo"))
     assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.125000", "0.123288")
     # the expected advantages (2e-6) are below FLAT_SIGNAL of the batch's scale (1.6 / sqrt 2): no signal, the
     # optimizer chose the step (with the std constant at 0 they vanish: the next test)
     assert e.reproduces and e.cause == "flat surrogate"
     assert max(abs(row.expected_advantage) for row in e.actions) <= FLAT_SIGNAL * 1.6 / math.sqrt(2)
-    worse, better = e.actions  # action 0 pays 0.1; action 1 pays 0 or 0.3 (Q 0.15 = J*)
+    worse, better = e.actions
     assert (worse.true_advantage, better.true_advantage) == (pytest.approx(-0.025), pytest.approx(0.025))
     # both expected advantages are about -+2e-6, of the right sign
     assert (f"{worse.expected_advantage:.1e}", f"{better.expected_advantage:.1e}") == ("-2.0e-06", "2.0e-06")
@@ -133,7 +146,7 @@ def test_dapo_without_the_std_constant_leaves_j_at_its_start(load, monkeypatch):
     """The issue's statement that the +-2e-6 come from the 1e-6 added to the std: with 0 there, nothing moves."""
     module = load("dapo")
     monkeypatch.setattr(module, "EPS", 0.0)
-    example = Counterexample.load(DAPO)
+    example = _flat_example("dapo")
     e = explain(example)
     # the two expected advantages cancel up to round-off (5.6e-17), which Adam's own epsilon (1e-8) keeps from
     # becoming full steps: J moves by 6e-10, upwards
@@ -143,21 +156,29 @@ def test_dapo_without_the_std_constant_leaves_j_at_its_start(load, monkeypatch):
     assert e.cause == "no decrease"
 
 
+def test_built_in_grpo_on_the_same_flat_surrogate():
+    """The built-in GRPO (group std, its own 1e-6) lowers J on the same problem for the same reason."""
+    e = explain(_flat_example("grpo"))
+    assert e.reproduces and e.J_after < e.J_before and e.cause == "flat surrogate"
+    assert 0 < max(abs(row.expected_advantage) for row in e.actions) < 1e-5
+    assert e.plain.J[-1] >= e.J_before  # plain ascent on the same surrogate does not lower J
+
+
 def test_committed_two_turn_mt_grpo_counterexample_is_std_scaling(load):
     load("mt_grpo")
     e = explain(Counterexample.load(MT_GRPO))
-    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.279829", "0.278373")
+    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.413080", "0.411829")
     assert e.reproduces and e.cause == "std scaling" and e.update.slope < 0
     first = [row for row in e.actions if row.turn == 0]
     weaker = min(first, key=lambda row: row.q)
-    assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.112"
+    assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.302"
     assert e.update.slope < 0 and e.plain.J[-1] < e.J_before  # plain gradient ascent lowers J too
-    assert "+0.112157" in summary_line(e) and "win rate" in summary_line(e)
+    assert "+0.301648" in summary_line(e) and "win rate" in summary_line(e)
     J_mean = float(e.what_changes.split("J goes to ")[1].split(".")[0] + "." + e.what_changes.split("J goes to ")[1].split(".")[1])
     assert J_mean > e.J_before  # mean-centred advantages raise J from the same start
 
 
-@pytest.mark.parametrize("stem, path, cause", [("dapo", DAPO, "flat surrogate"), ("mt_grpo", MT_GRPO, "std scaling")])
+@pytest.mark.parametrize("stem, path, cause", [("mt_grpo", MT_GRPO, "std scaling")])
 def test_replay_explain_on_the_command_line(capsys, stem, path, cause):
     plugins.forget_plugins()
     try:
@@ -194,10 +215,10 @@ def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(mo
     readme = (CHECKS / "README.md").read_text()
     assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + block
     assert (CHECKS / "explanations.md").read_text().endswith(full)
-    assert "dapo_st_stochastic.json`: J 0.125000 -> 0.123288; cause: a flat surrogate" in block
-    assert "mt_grpo_mt_stochastic.json`: J 0.279829 -> 0.278373; cause: std scaling" in block
-    # its one ranked pair is reversed: a negative scale or an own-action baseline, which one instance cannot tell apart
-    assert "turn_mean_rtg_mt_stochastic.json`: J 0.250000 -> 0.240202; cause: the advantage's sign" in block
+    assert "mt_grpo_mt_stochastic.json`: J 0.413080 -> 0.411829; cause: std scaling" in block
+    # its ranked pairs are all reversed: a negative scale or an own-action baseline, which one instance cannot tell apart
+    assert "turn_mean_rtg_mt_stochastic.json`: J 0.375000 -> 0.370172; cause: the advantage's sign" in block
+    assert "turn_mean_rtg_agentic_stop.json`" in block and "cause: a baseline that depends on the trajectory's own actions" in block
 
 
 def test_a_negative_m_factor_reverses_a_turn_and_every_turn_is_read():
