@@ -211,7 +211,9 @@ def test_search_finds_a_plugin_counterexample_and_replay_needs_the_same_plugin(t
     out = tmp_path / "search"
     assert main(["search", "--algorithm", "anti_pg", "--plugin", str(plugin), "--max-examples", "3", "--out", str(out)]) == 0
     files = sorted(out.glob("anti_pg_*.json"))
-    assert len(files) == 5  # every generic search finds it
+    from seeupo.experiments.searches import algorithm_searches
+
+    assert len(files) == len(algorithm_searches("anti_pg")) == 9  # every generic search finds it, the agentic ones too
     import json
 
     recorded = json.loads(files[0].read_text())
