@@ -92,6 +92,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
+    if args.families is not None and "none" in args.families and len(args.families) > 1:
+        raise UsageError("argument --families: 'none' stands alone (no agentic family), not beside a family")
     if args.algorithms:
         unknown = [n for n in args.algorithms if n not in PRESETS]
         if unknown:

@@ -102,6 +102,7 @@ def test_generate_then_exact(tmp_path, seeupo):
         (["verify", "--workers", "100000"], "--workers"),
         (["verify", "--seed", "-1"], "--seed"),
         (["verify", "--families", "stop,chess"], "--families"),
+        (["verify", "--families", "none,stop"], "--families"),
         (["search", "--max-examples", "0"], "--max-examples"),
         (["search", "--max-examples", "-5"], "--max-examples"),
         (["search", "no_such_search"], "names"),

@@ -72,7 +72,7 @@ FLAT_SIGNAL = 1e-5
 """The expected advantages are *flat* (zero) when none exceeds this fraction of the largest advantage the batch
 holds. Float64 round-off in these weighted means is about 1e-13 of that scale; what lies between is no signal of
 the rewards but a stabilising constant, such as the 1e-6 added to a group's standard deviation (with it set to 0
-the expected advantages of the committed DAPO counterexample vanish to 5.6e-17, tests/experiments/test_explain.py)."""
+the expected advantages of DAPO on the hand-made flat bandit vanish to 5.6e-17, tests/experiments/test_explain.py)."""
 SLOPE_TOL = REL_TOL
 """``grad J . g`` counts as negative (zero) when below (within) this fraction of ``|grad J| |g|``
 (:data:`seeupo.tabular.gradient.REL_TOL`: float64 sums of a few thousand terms)."""
