@@ -19,9 +19,10 @@ _EXPORTS = {
     "seeupo.core.registry": [
         "register_adv_est", "register_aggregation", "register_m_factor", "register_policy_loss", "register_turn_order",
     ],
+    "seeupo.core.execution": ["GradientSteps", "Policy", "UpdateSettings", "UpdateStats"],
     "seeupo.core.update": [
-        "Policy", "TurnUpdate", "UpdateSettings", "UpdateStats", "compute_advantages", "current_factor", "final_factor",
-        "fusion_blocker", "policy_update", "sequential_sweep", "turn_order",
+        "TurnUpdate", "compute_advantages", "current_factor", "final_factor", "fusion_blocker", "policy_update",
+        "sequential_sweep", "turn_order",
     ],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

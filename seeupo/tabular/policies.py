@@ -74,6 +74,12 @@ class TabularPolicy(torch.nn.Module):
                 self.register_buffer(f"features_{k}", feats)
         self._shapes = shapes
 
+    @property
+    def turns_share_parameters(self) -> bool:
+        """Whether every parameter serves every turn (``"shared"``): then a sequential update takes the
+        fused ratio passes a language model takes (:class:`seeupo.core.execution.Policy`)."""
+        return self.parameterization == "shared"
+
     def _table(self, t: int, j: int) -> Tensor:
         """Logits ``[I, N_t, V^j, V]`` of token ``j`` at turn ``t``."""
         k = sum(len(s) for s in self._shapes[:t]) + j

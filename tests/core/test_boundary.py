@@ -12,12 +12,13 @@ from seeupo.core.advantages import broadcast_to_tokens
 from seeupo.core.batch import per_trajectory
 from seeupo.core.boundary import PluginError
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.factor import apply_m_factor
 from seeupo.core.losses import policy_objective, row_coefficients
 from seeupo.core.registry import (
     ADV_ESTIMATORS, AGGREGATIONS, M_FACTORS, POLICY_LOSSES, TURN_ORDERS, register_adv_est, register_aggregation,
     register_m_factor, register_policy_loss, register_turn_order,
 )
-from seeupo.core.update import _advanced, compute_advantages, turn_order
+from seeupo.core.update import compute_advantages, turn_order
 from seeupo.validation import InputError
 
 HERE = "tests/core/test_boundary.py:"
@@ -206,10 +207,10 @@ def test_aggregation_turn_order_and_m_factor_checks(registered, make_batch):
     factor, ratio = torch.ones(4), torch.full((2,), 1.5)
     turn0 = batch.select(torch.tensor([0, 2]))
     with pytest.raises(PluginError, match=r"M factor 'nan_factor' .*non-finite factor at 2 of 2 trajectories"):
-        _advanced(factor, turn0, ratio, AlgorithmConfig(m_factor="nan_factor"))
+        apply_m_factor(factor, turn0, ratio, AlgorithmConfig(m_factor="nan_factor"))
     with pytest.raises(PluginError, match=r"M factor 'list_factor' .*got a list of 2"):
-        _advanced(factor, turn0, ratio, AlgorithmConfig(m_factor="list_factor"))
-    assert _advanced(factor, turn0, ratio, AlgorithmConfig()).tolist() == [1.5, 1.5, 1.0, 1.0]  # happo, built in
+        apply_m_factor(factor, turn0, ratio, AlgorithmConfig(m_factor="list_factor"))
+    assert apply_m_factor(factor, turn0, ratio, AlgorithmConfig()).tolist() == [1.5, 1.5, 1.0, 1.0]  # happo, built in
 
 
 def test_registry_options_are_checked_and_builtins_know_where_they_live():

@@ -15,17 +15,15 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.config import AlgorithmConfig, preset
+from seeupo.core.execution import UpdateSettings, UpdateStats, micro_batch_plan, minibatch_plan
 from seeupo.core.update import (
     can_fuse_ratio_passes,
-    UpdateSettings,
-    UpdateStats,
     advance_factor,
     compute_advantages,
     current_factor,
     final_factor,
     fusion_blocker,
     is_on_policy,
-    minibatch_plan,
     policy_update,
     sequential_sweep,
     turn_order,
@@ -600,7 +598,6 @@ def test_micro_batches_accumulate_to_the_one_pass_step(update, aggregation, sche
 
 
 def test_micro_batch_plan_covers_every_row_once_and_keeps_trajectories_when_asked():
-    from seeupo.core.update import micro_batch_plan
 
     batch, _ = make_rollout(seed=13)
     batch = batch.select(torch.randperm(batch.num_rows, generator=torch.Generator().manual_seed(6)))
@@ -622,7 +619,6 @@ def test_micro_batch_plan_covers_every_row_once_and_keeps_trajectories_when_aske
 
 
 def test_micro_batch_plan_packs_rows_up_to_a_token_budget():
-    from seeupo.core.update import micro_batch_plan
 
     batch, _ = make_rollout(seed=13)
     n = batch.num_rows
