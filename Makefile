@@ -67,12 +67,14 @@ verify-quick: $(BIN)/seeupo
 train-demo: $(BIN)/seeupo
 	$(BIN)/seeupo train configs/bridge_tiny_seeupo.yaml --out runs/bridge_tiny_seeupo_$$(date +%Y%m%d_%H%M%S)
 
+# the tests on every core (pytest-xdist; TEST_WORKERS=0: one process), the 15 slowest durations printed
+TEST_WORKERS ?= auto
 test: $(BIN)/seeupo
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --durations=15
 
-# the tests marked slow (excluded from `make test`)
+# the tests marked slow (excluded from `make test`; CI runs them as a step of their own)
 test-slow: $(BIN)/seeupo
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -rs -m slow -n $(TEST_WORKERS) --durations=15
 
 # property tests with many more hypothesis examples
 test-thorough: $(BIN)/seeupo

@@ -27,23 +27,28 @@ else
   LOGPROB=()
 fi
 if [ -n "${PROFILE:-}" ]; then STEP+=(--profile); fi
+# On a GPU each part's limit is its share of the session's device time. On the CPU (the dry run CI makes)
+# a limit only catches a hang: five times as long (at most 31 min for gpu_step.py), so that a busy
+# machine never fails the dry run on time alone; gpu_step.py's --deadline skips steps, it fails none.
+if [ "$DEVICE" = cpu ]; then SCALE=5; else SCALE=1; fi
+limit() { echo $(( $1 * SCALE )); }
 status=0
-timeout 380 "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
+timeout "$(limit 380)" "$PY" benchmarks/gpu_step.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/gpu_step.jsonl" "${STEP[@]}" || status=1
 if [ "$DEVICE" = cpu ]; then
   FLEX=(--context 100 --turns 1 --group 2 --heads 4 --kv-heads 2 --head-dim 16 --repeats 1)
 else
   FLEX=()
 fi
-timeout 150 "$PY" benchmarks/flex_options.py --device "$DEVICE" --out "$OUT/flex_options.jsonl" "${FLEX[@]}" || status=1
-timeout 90 "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1
-timeout 45 "$PY" benchmarks/logprob_memory.py --device "$DEVICE" --out "$OUT/logprob_memory.jsonl" "${LOGPROB[@]}" || status=1
+timeout "$(limit 150)" "$PY" benchmarks/flex_options.py --device "$DEVICE" --out "$OUT/flex_options.jsonl" "${FLEX[@]}" || status=1
+timeout "$(limit 90)" "$PY" benchmarks/generation_gpu.py --shape "$SHAPE" --device "$DEVICE" --out "$OUT/generation_gpu.jsonl" || status=1
+timeout "$(limit 45)" "$PY" benchmarks/logprob_memory.py --device "$DEVICE" --out "$OUT/logprob_memory.jsonl" "${LOGPROB[@]}" || status=1
 # on a GPU layer_kernels.py runs by itself (about 2 minutes more than this call's 8-minute budget allows)
 if [ "$DEVICE" = cpu ]; then
-  timeout 120 "$PY" benchmarks/layer_kernels.py --shape tiny --device cpu --context 100 --turns 2 --arms torch,compiled \
+  timeout "$(limit 120)" "$PY" benchmarks/layer_kernels.py --shape tiny --device cpu --context 100 --turns 2 --arms torch,compiled \
     --out "$OUT/layer_kernels.jsonl" || status=1
 fi
 if [ "$DEVICE" = cuda ]; then
-  timeout 120 "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
+  timeout "$(limit 120)" "$PY" -m pytest -q -rs -p no:cacheprovider tests/llm/test_tree_attention.py tests/llm/test_rollout.py \
     tests/llm/test_logprobs.py tests/llm/test_kernels.py tests/llm/test_trainer.py::test_adamw_is_fused_on_cuda_and_steps_as_the_reference \
     -k "cuda or liger" --tb=short > "$OUT/gpu_tests.txt" 2>&1 || status=1  # the whole output: a traceback comes back
   tail -20 "$OUT/gpu_tests.txt"

@@ -57,6 +57,7 @@ def test_paper_config_environment_builds(path):
     assert messages and all({"role", "content"} <= set(m) for m in messages)
 
 
+@pytest.mark.slow
 def test_every_paper_algorithm_dry_runs_with_the_tiny_model(tmp_path):
     """One trainer step with each distinct algorithm and optimizer section, the tiny model and the bridge."""
     from seeupo.llm.trainer import Trainer

@@ -46,6 +46,7 @@ def fresh_plugins():
     plugins.forget_plugins()
 
 
+@pytest.mark.slow
 def test_new_algorithm_doc_runs(tmp_path, monkeypatch, fresh_plugins):
     monkeypatch.chdir(tmp_path)
     found = blocks(DOC.read_text())

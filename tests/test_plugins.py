@@ -270,6 +270,7 @@ def test_a_package_plugin_hash_covers_every_file(tmp_path, monkeypatch):
     assert plugins.load_plugin("pkg_hash_test").sha256 != before
 
 
+@pytest.mark.slow
 def test_check_reports_the_counterexamples_of_a_plugin_algorithm(tmp_path, capsys):
     plugin = _anti_plugin(tmp_path)
     out = tmp_path / "check"
@@ -416,6 +417,7 @@ FIRST_MATE = BROKEN.format(body="    first = torch.full((batch.num_groups,), r.n
                                 "    return broadcast_to_tokens((r - r[first][g])[batch.traj_id], batch)", loss=GOOD_LOSS)
 
 
+@pytest.mark.slow
 def test_a_position_dependent_estimator_is_refused_for_exact_mode_and_runs_sampled(tmp_path, capsys):
     import json
 

@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -10,6 +12,7 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_examples_run_and_their_tests_pass():
     from seeupo.core.config import REGISTRIES
 

@@ -34,6 +34,7 @@ def test_tutorial_has_enough_python_blocks():
     assert len(blocks) >= MIN_BLOCKS, f"docs/tutorial.md has {len(blocks)} python blocks, expected at least {MIN_BLOCKS}"
 
 
+@pytest.mark.slow
 def test_tutorial_blocks_run(monkeypatch):
     monkeypatch.chdir(ROOT)
     blocks = python_blocks(TUTORIAL.read_text())

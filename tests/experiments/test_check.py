@@ -68,6 +68,7 @@ def test_a_frozen_J_is_no_learning_signal():
     assert table1_verdict("converges", NO_SIGNAL, []) == (NO_SIGNAL, "inconclusive")
 
 
+@pytest.mark.slow
 def test_a_zero_estimator_gets_no_learning_signal_in_verify_and_check(tmp_path):
     from seeupo.core.config import PRESETS, preset
     from seeupo.core.registry import ADV_ESTIMATORS, register_adv_est
@@ -329,6 +330,7 @@ def test_fit_never_grows_the_sizes_and_keeps_the_minimums():
 # ---- the gradient part
 
 
+@pytest.mark.slow
 def test_check_leads_with_the_gradient_verdict_and_its_cases_replay(tmp_path):
     """The biased per-turn estimator of examples/algorithms points downhill and plain ascent with it stops short."""
     from seeupo.experiments.gradient_check import GradientConfig

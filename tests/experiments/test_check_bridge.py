@@ -44,6 +44,7 @@ def zero_plugin(tmp_path):
     plugins.forget_plugins()
 
 
+@pytest.mark.slow
 def test_quick_bridge_warms_up_and_the_builtins_learn_beside_a_plugin_that_does_not(tmp_path, zero_plugin):
     result = check.run_bridge("zero_grpo", check.QUICK, tmp_path, zero_plugin, say=lambda _: None)
     warm = result["warmup"]
@@ -72,6 +73,7 @@ def test_learning_words_and_tolerance():
     assert check.learning(runs((0.4, 0.2)))["moved"] == "lowered"
 
 
+@pytest.mark.slow
 def test_a_failed_warm_up_makes_the_bridge_vacuous_and_check_exit_non_zero(tmp_path, monkeypatch, capsys):
     from seeupo.cli import main
 

@@ -101,6 +101,7 @@ def test_search_uses_saved_counterexample_or_record(tmp_path):
     assert "recorded" not in fresh and fresh["fresh"]["examples"] >= 3
 
 
+@pytest.mark.slow
 def test_table1_claims_agree_with_verify():
     # the same cells and rules: GSPO-ST disagrees (saved counterexample), GRPO-ST agrees, in both reports
     from seeupo.experiments.verify import QUICK as VQ, VerifyConfig, table1_rows, verify

@@ -202,6 +202,7 @@ def test_committed_seeupo_shared_counterexample_is_neither_sign_nor_vanishing_gr
     assert any("shared across turns" in r for r in e.reasons)
 
 
+@pytest.mark.slow
 def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(monkeypatch):
     """The causes restated in paper_repro/algorithms/README.md and explanations.md are what the code says now."""
     monkeypatch.chdir(ROOT)

@@ -108,6 +108,7 @@ def test_table1_counts_the_saved_gspo_counterexample(tmp_path):
     assert bare["agreement"] != "disagrees" or bare["random"] != "converges"
 
 
+@pytest.mark.slow
 def test_quick_verify_report_and_markdown():
     cfg = VerifyConfig(**{**QUICK.__dict__, "instances": 2, "iterations": 2, "workers": 1})
     report = verify(cfg)

@@ -34,6 +34,7 @@ def test_registry_lists_every_module_once_and_each_has_compute_plot_and_a_main()
         module("no_such_figure")
 
 
+@pytest.mark.slow
 def test_two_quick_regenerations_give_identical_data_files(tmp_path):
     lines = []
     for run in ("a", "b"):

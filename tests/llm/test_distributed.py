@@ -58,6 +58,7 @@ def warm_model(weights: dict) -> tuple[torch.nn.Module, object]:
     return norms_in_model_dtype(model), tokenizer
 
 
+@pytest.mark.slow
 def test_two_processes_make_the_single_process_update(tmp_path):
     cfg = load_train_config(None, OVERRIDES + ["env.options.warmup_steps=20", f"out_dir={tmp_path / 'rollout'}"])
     rollout = Trainer(cfg)
@@ -121,6 +122,7 @@ def test_split_groups_gives_each_process_whole_groups_renumbered_from_zero():
         split_groups(batch, 3, 0)
 
 
+@pytest.mark.slow
 def test_torchrun_train_then_resume_on_one_process(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("steps: 3\ncheckpoint: {every: 2, keep: 2}\n")

@@ -217,6 +217,7 @@ shutdown()
 '''
 
 
+@pytest.mark.slow
 def test_as_needed_under_fsdp2_with_two_processes(tmp_path):
     import os
     import subprocess

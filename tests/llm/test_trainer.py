@@ -83,6 +83,7 @@ def _train_cmd(config, out, *extra):
     return [sys.executable, "-m", "seeupo.cli", "train", str(config), "--out", str(out), "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_reproduces_the_uninterrupted_run(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("steps: 6\ncheckpoint: {every: 2, keep: 2}\n")

@@ -72,6 +72,7 @@ def discounted_instance(tmp_path, gamma: float = GAMMA):
     return path
 
 
+@pytest.mark.slow
 def test_trained_on_return_has_the_reported_J_as_expectation(tiny64, tmp_path):
     """Sum over every answer sequence of (its probability under the LM) x (the return the agent loop
     puts in the batch) equals ``bridge/J``: the return trained on is discounted as ``J`` is."""
