@@ -1,9 +1,10 @@
-"""Loading user plugins: a Python file or module whose decorators register algorithm pieces.
+"""Loading user plugins: a Python file or module whose decorators register algorithm pieces or environments.
 
 A plugin is ordinary Python that calls :func:`seeupo.core.registry.register_adv_est` (or the
-other ``register_*`` decorators) at import time. ``seeupo train --plugin my_est.py`` and
-``plugins: [my_est.py]`` in a run config import it before the config's algorithm is checked, so a
-config may name the plugin's entries.
+other ``register_*`` decorators, :func:`seeupo.llm.envs.register_env` for a language-model
+environment) at import time. ``seeupo train --plugin my_est.py`` and ``plugins: [my_est.py]`` in a
+run config import it before the config's algorithm and environment are checked, so a config may
+name the plugin's entries (``algorithm.advantage``, ``env.name``, ...).
 
 Each loaded plugin is recorded as ``SPEC@sha256:HEX``: a file's path (relative to the working
 directory when the file lies below it, else absolute; a module name for a module) and the SHA-256
@@ -33,6 +34,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from seeupo.validation import InputError
 
@@ -117,10 +119,10 @@ def load_plugins(specs: list[str] | tuple[str, ...], field: str) -> tuple[str, .
 
 def _import(key: str, path: Path | None, field: str) -> None:
     """Import the plugin; on any failure, undo the registrations it made so that the process stays usable."""
-    from seeupo.core.config import PRESETS, REGISTRIES
+    from seeupo.core.config import PRESETS
     from seeupo.core.registry import NameClash
 
-    registries = REGISTRIES
+    registries = _registries()
     before = [set(r.names()) for r in registries]
     presets_before = set(PRESETS)
     module_name = key
@@ -161,9 +163,9 @@ def _import(key: str, path: Path | None, field: str) -> None:
 def forget_plugins() -> None:
     """Unregister everything the loaded plugins registered and forget them, as in a new process
     (tests, and interactive sessions that edit a plugin and load it again)."""
-    from seeupo.core.config import PRESETS, REGISTRIES
+    from seeupo.core.config import PRESETS
 
-    by_field = {r.field: r for r in REGISTRIES}
+    by_field = {r.field: r for r in _registries()}
     for added in _REGISTERED.values():
         for field, name in added:
             if field == "preset":
@@ -173,6 +175,14 @@ def forget_plugins() -> None:
     _FORGOTTEN.update(key for key in _LOADED if not Path(key).is_absolute())  # file plugins are keyed by absolute path
     _REGISTERED.clear()
     _LOADED.clear()
+
+
+def _registries() -> tuple[Any, ...]:
+    """Every registry a plugin may add to: the algorithm pieces' and the environments'."""
+    from seeupo.core.config import REGISTRIES
+    from seeupo.llm.envs import ENVIRONMENTS
+
+    return (*REGISTRIES, ENVIRONMENTS)
 
 
 def _shown(path: str) -> str:

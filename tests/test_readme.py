@@ -1,4 +1,5 @@
-"""The README's Python examples run as written (and its test functions pass)."""
+"""The README and the docs it links: their Python examples run as written (and their test functions pass),
+their configs load, their links resolve, and the README stays a front door of one page."""
 
 import re
 from pathlib import Path
@@ -6,10 +7,12 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+LIBRARY = README.parent / "docs" / "library.md"  # the Python examples moved here from the README
+TRAINING = README.parent / "docs" / "training.md"  # and the training configs here
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", LIBRARY.read_text(), flags=re.S)
 
 
 @pytest.mark.slow
@@ -35,7 +38,7 @@ def test_readme_examples_run_and_their_tests_pass():
 def test_readme_train_configs_are_valid(tmp_path):
     from seeupo.llm.config import load_train_config
 
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", TRAINING.read_text(), flags=re.S)
     assert blocks
     for k, text in enumerate(blocks):
         path = tmp_path / f"block{k}.yaml"
@@ -63,9 +66,21 @@ def test_relative_links_of_the_docs_exist():
 
 
 def test_readme_names_every_resumable_field():
-    """The README's list of what may change on resume is RESUMABLE_FIELDS (a section's fields by `section.*`)."""
+    """docs/training.md's list of what may change on resume is RESUMABLE_FIELDS (a section's fields by `section.*`)."""
     from seeupo.llm.config import RESUMABLE_FIELDS
 
-    text = README.read_text()
+    text = TRAINING.read_text()
     missing = [f for f in RESUMABLE_FIELDS if f"`{f}`" not in text and f"`{f.split('.')[0]}.*`" not in text]
-    assert not missing, f"README.md does not name these resumable fields: {missing}"
+    assert not missing, f"docs/training.md does not name these resumable fields: {missing}"
+
+
+def test_the_readme_is_one_page_that_defines_its_terms_and_links_each_doc_once():
+    text = README.read_text()
+    assert len(text.encode()) < 15_000, f"README.md is {len(text.encode())} bytes; move detail to docs/"
+    for term in ("**`J`**", "**`J*`**", "**GRAE**", "**The bridge**"):
+        assert term in text, f"README.md defines {term}"
+    quick = text.split("## Quick start")[1].split("##")[0]
+    assert quick.index("seeupo check") < quick.index("make test"), "seeupo check comes first in the quick start"
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links and len(links) == len(set(links)), "each page of docs/ is linked once from the README"
+    assert {f"docs/{p.name}" for p in (README.parent / "docs").glob("*.md")} <= set(links), "every doc is linked"

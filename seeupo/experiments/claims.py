@@ -599,8 +599,11 @@ def check_all(budget: Budget = DEFAULT, ids: list[str] | None = None, progress: 
             say(f"[{len(entries)}/{len(chosen)}] {claim.id}: {verdict.status} ({seconds:.1f}s)")
 
     order = sorted(jobs.items(), key=lambda kv: -_cost(kv[1]))
-    if workers > 1 and len(order) > 1:
-        with mp.get_context("spawn").Pool(min(workers, len(order))) as pool:
+    processes = min(workers, len(order)) if workers > 1 and len(order) > 1 else 1
+    say(f"claims: {len(chosen)} claims from {len(order)} measurements on {processes} process(es); "
+        "each claim is reported when its measurements are in")
+    if processes > 1:
+        with mp.get_context("spawn").Pool(processes) as pool:
             for key, out in pool.imap_unordered(_run_job, order):
                 results[key] = out
                 judge_ready()

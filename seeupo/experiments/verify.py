@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing as mp
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -546,6 +547,8 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
     partial = False
     replays: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:
+        say(f"verify: {len(tasks)} cells on {min(cfg.workers, max(len(tasks), 1))} worker process(es), "
+            f"{cfg.instances} problems and {cfg.iterations} iterations each")
         if cfg.workers > 1:
             # a process pool that notices a worker dying (BrokenProcessPool) instead of waiting for it forever,
             # and that drops the queued cells at the first error (a plugin's one line) or interrupt
@@ -556,6 +559,9 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
                 for future in as_completed([pool.submit(run_cell, *task) for task in tasks]):
                     record(future.result())
                 replays = pending.result()
+            except KeyboardInterrupt:
+                _stop_workers(pool)
+                raise
             finally:
                 pool.shutdown(wait=False, cancel_futures=True)
         else:
@@ -796,6 +802,21 @@ def agentic_markdown(report: dict[str, Any], *, embedded: bool = False) -> list[
             words.append("—" if cell is None else cell["verdict"] + (" (counterexample)" if cell.get("random_instances") else ""))
         lines.append(f"| {row['example']} | " + " | ".join(words) + " |")
     return lines + [""]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End ``pool``'s worker processes now, discarding their running cells (Ctrl-C, SIGTERM).
+
+    ``shutdown(cancel_futures=True)`` drops the queued cells but lets each worker finish the cell
+    it runs, and the interpreter waits for them at exit: a minute on a busy machine before the
+    partial report is written. Python 3.14's ``terminate_workers`` does this; 3.11 has no public way.
+    The pool's thread may still write to an ended worker's pipe: SIGPIPE is ignored from here on (the
+    command line restores its default for ``seeupo ... | head``, which would end this process silently).
+    """
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)  # quick now; it releases the queues' semaphores
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

@@ -106,9 +106,15 @@ def decreases(J: list[list[float]], tol: float = 1e-7) -> int:
 # ------------------------------------------------------------------ the runner
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def regenerate(names: Iterable[str], *, quick: bool = False, out: Path = DEFAULT_OUT, plot_only: bool = False,
-               seed: int = 0, runs: list[str] | None = None, log: Callable[[str], None] = print) -> list[Path]:
-    """Compute (unless ``plot_only``) and plot each figure into ``out``; one progress line per figure.
+               seed: int = 0, runs: list[str] | None = None, log: Callable[[str], None] = print,
+               say: Callable[[str], None] = _stderr) -> list[Path]:
+    """Compute (unless ``plot_only``) and plot each figure into ``out``; one line per figure to ``log``
+    when it is written, and one to ``say`` when it starts (a figure may take a minute).
 
     ``runs``: run folders for ``training_curves`` (its only figure-specific input).
     """
@@ -117,8 +123,10 @@ def regenerate(names: Iterable[str], *, quick: bool = False, out: Path = DEFAULT
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in names:
+    names = list(names)
+    for k, name in enumerate(names):
         mod = module(name)
+        say(f"[{k + 1}/{len(names)}] {name}: {'plotting' if plot_only else 'computing'} ...")
         start = time.perf_counter()
         json_path, png_path = out / f"{name}.json", out / f"{name}.png"
         if plot_only:

@@ -22,7 +22,7 @@ read as YAML: ``--set optim.lr=1e-5``, ``--set algorithm.preset=grpo``).
     checkpoint: {every: 10, keep: 2}
     parallel: {mixed_precision: bf16, activation_checkpointing: auto, memory_share: 0.85, cpu_offload: false}  # auto: on CUDA
     limits:  {allow_large: false}   # see check_for_training
-    plugins: [my_estimator.py]      # user code registering algorithm pieces (seeupo.plugins)
+    plugins: [my_estimator.py]      # user code registering algorithm pieces or environments (seeupo.plugins)
 
 Checks, all before a model is loaded (``seeupo train`` exits with one line and code 2):
 
@@ -81,7 +81,10 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """The environment: a name from :data:`seeupo.llm.envs.ENVIRONMENTS` and its options."""
+    """The environment: a name registered in :data:`seeupo.llm.envs.ENVIRONMENTS` (the built-ins
+    ``bridge``, ``bfcl``, ``appworld``, or one a plugin registers with
+    :func:`seeupo.llm.envs.register_env`; docs/new_environment.md) and its options, checked against
+    the options dataclass it registered."""
 
     name: str = "bridge"
     options: dict[str, Any] = field(default_factory=dict)
@@ -362,14 +365,6 @@ RESUMABLE_FIELDS: tuple[str, ...] = (
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_sleep",
 )
 
-# env.name -> (options class, bounds) in the environment's module (seeupo.llm.envs.ENVIRONMENTS):
-# the options are checked here, before a tokenizer or model exists
-ENV_OPTIONS: dict[str, tuple[str, str]] = {
-    "bridge": ("BridgeOptions", "BRIDGE_BOUNDS"), "bfcl": ("BFCLOptions", "BFCL_BOUNDS"),
-    "appworld": ("AppWorldOptions", "APPWORLD_BOUNDS"),
-}
-
-
 def resolve_algorithm(data: Any) -> AlgorithmConfig:
     """``{"preset": NAME, "name": LABEL, **overrides}`` -> the preset with the paper's settings, then the overrides.
 
@@ -398,19 +393,13 @@ def resolve_algorithm(data: Any) -> AlgorithmConfig:
 
 
 def check_env_options(name: str, options: dict[str, Any]) -> Any:
-    """``env.options`` checked against environment ``name``'s options class (its type, range and
-    choice checks: an unknown BFCL category or split is reported here, before any model loads)."""
-    import importlib
-
+    """``env.options`` read into the options dataclass environment ``name`` registered
+    (:func:`seeupo.llm.envs.register_env`), checked: types, ranges and choices (an unknown BFCL
+    category or split is reported here, before any model loads); ``None`` for an environment
+    without options. An unknown ``name`` is one line listing the registered environments."""
     from seeupo.llm.envs import ENVIRONMENTS
 
-    if name not in ENVIRONMENTS:
-        raise InputError("config.env.name", f"unknown environment {name!r}; expected one of {sorted(ENVIRONMENTS)}")
-    if name not in ENV_OPTIONS:
-        return None
-    module = importlib.import_module(ENVIRONMENTS[name].split(":")[0])
-    cls_name, bounds_name = ENV_OPTIONS[name]
-    return dataclass_from_dict(getattr(module, cls_name), options, "config.env.options", getattr(module, bounds_name))
+    return ENVIRONMENTS.get(name).read_options(options)
 
 
 def bridge_shape(opts: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:

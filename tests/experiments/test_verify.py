@@ -185,3 +185,54 @@ def test_family_cells_run_and_have_their_own_table():
 def test_unknown_family_is_refused():
     with pytest.raises(ValueError, match="unknown problem family 'chess'"):
         verify(VerifyConfig(**{**QUICK.__dict__, "families": ("chess",), "algorithms": ("rloo",)}))
+
+
+# an estimator that hangs in verify's worker processes (the main process's contract check passes at once)
+HANGING = '''
+import multiprocessing
+import os
+import pathlib
+import time
+
+from seeupo.core.advantages import broadcast_to_tokens
+from seeupo.core.batch import per_trajectory
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est
+
+@register_adv_est("hanging_test")
+def hanging(batch, cfg, *, critic_values=None, oracle=None, group_stats=None):
+    """The return as the advantage, after an hour's sleep in a worker process."""
+    if multiprocessing.current_process().name != "MainProcess":
+        pathlib.Path(os.environ["HANGING_MARKER"]).touch()  # the test signals once a worker sleeps here
+        time.sleep(3600)
+    return broadcast_to_tokens(per_trajectory(batch.traj_return, batch)[batch.traj_id], batch)
+
+register_preset(preset("rloo", name="hanging_pg", advantage="hanging_test"))
+'''
+
+
+def test_ctrl_c_stops_verify_while_its_workers_are_busy(tmp_path):
+    """Ctrl-C ends the worker processes instead of waiting for their cells (which here sleep for an hour):
+    exit 130, a partial report, one line saying so. The generous timeout fails only a hang."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    plugin = tmp_path / "hanging.py"
+    plugin.write_text(HANGING)
+    out, marker = tmp_path / "verify", tmp_path / "a worker sleeps"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "seeupo", "verify", "--algorithms", "hanging_pg", "--plugin", str(plugin), "--quick",
+         "--modes", "exact", "--workers", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "HANGING_MARKER": str(marker)})
+    while not marker.exists() and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    plan, stopped = err.splitlines()  # nothing else: no traceback, no leaked-semaphore warning
+    assert plan.startswith("verify: 6 cells") and stopped.startswith("verify: interrupted after 0 of 6 cells")
+    assert json.loads((out / "verify.json").read_text())["partial"] is True

@@ -89,7 +89,7 @@ def test_missing_file():
 from pathlib import Path  # noqa: E402
 
 from seeupo.llm.config import (  # noqa: E402
-    ENV_OPTIONS, LIMITS, RESUMABLE_FIELDS, check_for_training, flat_config, resume_changes,
+    LIMITS, RESUMABLE_FIELDS, check_for_training, flat_config, resume_changes,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,10 +169,13 @@ def test_every_shipped_config_trains_within_the_limits_at_top_p_1(path):
     check_for_training(cfg)
 
 
-def test_environment_option_classes_cover_every_environment():
+def test_every_builtin_environment_registers_its_options_class():
     from seeupo.llm.envs import ENVIRONMENTS
 
-    assert set(ENV_OPTIONS) == set(ENVIRONMENTS)
+    assert ENVIRONMENTS.names() == ("bridge", "bfcl", "appworld")
+    for name in ENVIRONMENTS.names():
+        entry = ENVIRONMENTS.get(name)
+        assert entry.builtin and entry.options is not None and entry.options.__module__ == f"seeupo.llm.envs.{name}"
 
 
 def test_resumable_fields_are_config_keys():

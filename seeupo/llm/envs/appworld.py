@@ -65,12 +65,10 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from seeupo.llm.agent import Message, StepResult
-
-if TYPE_CHECKING:
-    from seeupo.llm.envs import EnvSpec
+from seeupo.llm.envs import EnvSpec, register_env
 
 SERVER_SCRIPT = Path(__file__).with_name("appworld_server.py")
 PYTHON_ENV_VAR = "SEEUPO_APPWORLD_PYTHON"
@@ -623,12 +621,11 @@ def load_task_ids(split: str, pool: ServerPool, timeout: float = 300.0) -> list[
         pool.release(server)
 
 
-def make_appworld(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
+@register_env("appworld", options=AppWorldOptions, bounds=APPWORLD_BOUNDS)
+def make_appworld(opts: AppWorldOptions, tokenizer: Any, seed: int) -> EnvSpec:
     """AppWorld's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`AppWorldOptions`)."""
-    from seeupo.llm.envs import EnvSpec
-    from seeupo.validation import InputError, dataclass_from_dict
+    from seeupo.validation import InputError
 
-    opts = dataclass_from_dict(AppWorldOptions, options, "config.env.options", APPWORLD_BOUNDS)
     try:  # no interpreter, or no data bundle: a set-up error of the user's, reported in one line
         pool = ServerPool(opts.python, root=opts.root, max_idle=opts.pool_size, start_timeout=opts.start_timeout)
         tasks = list(opts.task_ids) if opts.task_ids is not None else load_task_ids(opts.split, pool, opts.reset_timeout)

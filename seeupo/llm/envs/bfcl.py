@@ -88,13 +88,11 @@ import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from seeupo.llm.agent import Message, StepResult
+from seeupo.llm.envs import EnvSpec, register_env
 from seeupo.llm.envs.toolcalls import ToolCall, ToolCallError, parse_response, validate
-
-if TYPE_CHECKING:
-    from seeupo.llm.envs import EnvSpec
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 INSTALL_HINT = ('bfcl-eval is not installed: pip install -e ".[bfcl]" && pip install --no-deps bfcl-eval==2026.3.23 '
@@ -503,12 +501,11 @@ def _json_tools(functions: list[dict]) -> str:
     return _JSON_TOOLS_HEADER + "".join(f"\n{json.dumps(doc)}" for doc in functions) + _JSON_TOOLS_FOOTER
 
 
-def make_bfcl(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
+@register_env("bfcl", options=BFCLOptions, bounds=BFCL_BOUNDS)
+def make_bfcl(opts: BFCLOptions, tokenizer: Any, seed: int) -> EnvSpec:
     """The :class:`~seeupo.llm.envs.EnvSpec` of ``env.name: bfcl`` (options: :class:`BFCLOptions`)."""
-    from seeupo.llm.envs import EnvSpec
-    from seeupo.validation import InputError, dataclass_from_dict
+    from seeupo.validation import InputError
 
-    opts = dataclass_from_dict(BFCLOptions, options, "config.env.options", BFCL_BOUNDS)
     if not bfcl_available():
         raise InputError("config.env.name", INSTALL_HINT)
     tasks = split_tasks(opts.categories, opts.split, opts.subset, opts.split_seed, opts.test_fraction)

@@ -45,17 +45,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
 from seeupo.llm.agent import ChatDelta, Message, StepResult
+from seeupo.llm.envs import EnvSpec, WarmUp, register_env
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.validation import InputError, dataclass_from_dict
-
-if TYPE_CHECKING:
-    from seeupo.llm.envs import EnvSpec
 
 Tensor = torch.Tensor
 
@@ -433,15 +431,13 @@ def format_examples(chat: ChatDelta, problem: TreeMDP, spelling: Spelling, gener
     return contexts, responses
 
 
-def make_bridge(options: dict[str, Any], tokenizer: Any, seed: int) -> EnvSpec:
+@register_env("bridge", options=BridgeOptions, bounds=BRIDGE_BOUNDS)
+def make_bridge(opts: BridgeOptions, tokenizer: Any, seed: int) -> EnvSpec:
     """The bridge's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`BridgeOptions`).
 
     With ``warmup_steps > 0`` its ``warm_up`` is the format warm-up: supervised steps on
     :func:`format_examples`, drawn with a generator seeded by ``seed``.
     """
-    from seeupo.llm.envs import EnvSpec, WarmUp
-
-    opts = dataclass_from_dict(BridgeOptions, options, "config.env.options", BRIDGE_BOUNDS)
     problem = bridge_problem(opts)
     spelling = Spelling.for_problem(problem, tokenizer, opts.alphabet)
     draws = torch.Generator().manual_seed(seed)

@@ -37,7 +37,6 @@ from seeupo.llm.envs.appworld import (
     api_summary,
     extract_code,
     initial_messages,
-    make_appworld,
     normalize_code,
     shaped_reward,
     truncate,
@@ -233,7 +232,7 @@ def test_env_and_builder_without_data(appworld_python, empty_root):
     with AppWorldEnv(opts) as env, pytest.raises(AppWorldDataMissing, match="data bundle not installed"):
         env.reset("50e1ac9_1")
     with pytest.raises(InputError, match="run `appworld download data` where S3 is reachable"):
-        make_appworld({"python": appworld_python, "root": empty_root, "split": "dev"}, None, 0)
+        make_environment("appworld", {"python": appworld_python, "root": empty_root, "split": "dev"}, None, 0)
 
 
 def test_killed_process_is_reported_and_reaped(real_server):
@@ -368,16 +367,16 @@ def data_root(appworld_python):
 
 def test_real_splits_have_the_papers_sizes(appworld_python, data_root):
     pool = ServerPool(appworld_python, root=data_root)
-    spec = make_appworld({"python": appworld_python, "root": data_root, "split": "train"}, None, 0)
+    spec = make_environment("appworld", {"python": appworld_python, "root": data_root, "split": "train"}, None, 0)
     assert len(spec.tasks) == 90
-    spec = make_appworld({"python": appworld_python, "root": data_root, "split": "dev"}, None, 0)
+    spec = make_environment("appworld", {"python": appworld_python, "root": data_root, "split": "dev"}, None, 0)
     assert len(spec.tasks) == 57
     pool.close()
 
 
 def test_real_episode(appworld_python, data_root):
     opts = AppWorldOptions(python=appworld_python, root=data_root, max_steps=3)
-    spec = make_appworld({"python": appworld_python, "root": data_root, "max_steps": 3}, None, 0)
+    spec = make_environment("appworld", {"python": appworld_python, "root": data_root, "max_steps": 3}, None, 0)
     with AppWorldEnv(opts) as env:
         messages = env.reset(spec.tasks[0])
         assert "Task:" in messages[1]["content"] and "supervisor" in messages[1]["content"]
@@ -554,7 +553,7 @@ def test_fake_hang_times_out(fake_pool):
 
 
 def test_prestart_through_prepare():
-    spec = make_appworld({"python": sys.executable, "task_ids": ["fake_task"], "pool_size": 3, "prestart": 5}, None, 0)
+    spec = make_environment("appworld", {"python": sys.executable, "task_ids": ["fake_task"], "pool_size": 3, "prestart": 5}, None, 0)
     pool = spec.make(None).pool
     pool.script = FAKE
     metrics = spec.prepare(None)
@@ -567,7 +566,7 @@ def test_prestart_through_prepare():
     env.close()
     pool.close()
     assert all(_gone(p) for p in pids)
-    assert make_appworld({"python": sys.executable, "task_ids": ["a"]}, None, 0).prepare(None) == {}
+    assert make_environment("appworld", {"python": sys.executable, "task_ids": ["a"]}, None, 0).prepare(None) == {}
 
 
 def test_relative_paths_work_with_a_root(tmp_path):
@@ -588,7 +587,7 @@ def test_fake_unknown_task_and_bad_task_type(fake_pool):
 
 
 def test_fake_builder_and_env_lifecycle():
-    spec = make_appworld({"python": sys.executable, "task_ids": ["fake_task"], "max_new_tokens": 256}, None, 0)
+    spec = make_environment("appworld", {"python": sys.executable, "task_ids": ["fake_task"], "max_new_tokens": 256}, None, 0)
     assert spec.tasks == ["fake_task"] and spec.max_new_tokens == 256
     env = spec.make(None)
     env.pool.script = FAKE
@@ -630,7 +629,7 @@ def test_fake_server_through_the_agent_loop(tiny32):
     from seeupo.llm.rollout import SamplingParams
 
     _, tokenizer = tiny32
-    spec = make_appworld({"python": sys.executable, "task_ids": ["fake_task"], "pool_size": 4}, tokenizer, 0)
+    spec = make_environment("appworld", {"python": sys.executable, "task_ids": ["fake_task"], "pool_size": 4}, tokenizer, 0)
     pool = spec.make(None).pool
     pool.script = FAKE
     engine = CodeEngine(tokenizer, ["I need a test.\n```python\npass_test()\n```",

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from seeupo.llm.envs import bfcl
+from seeupo.llm.envs import bfcl, make_environment
 from seeupo.llm.envs.toolcalls import ToolCall, ToolCallError, parse_python, validate
 
 if not bfcl.bfcl_available():
@@ -622,7 +622,7 @@ def test_an_episode_the_agent_loop_stops_is_scored_as_truncated():
 
 
 def test_eval_tasks_are_the_test_subset_by_category(tokenizer):
-    spec = bfcl.make_bfcl({"categories": ["multi_turn_base", "multi_turn_miss_param"], "max_tasks": 3}, tokenizer, 0)
+    spec = make_environment("bfcl", {"categories": ["multi_turn_base", "multi_turn_miss_param"], "max_tasks": 3}, tokenizer, 0)
     assert len(spec.tasks) == 3
     assert spec.eval_tasks == [f"multi_turn_base_{i}" for i in range(100, 200)] + [
         f"multi_turn_miss_param_{i}" for i in range(100, 200)]
