@@ -2,6 +2,10 @@
 
 import sys
 
-from seeupo.cli import console
+try:
+    from seeupo.cli import console
+except KeyboardInterrupt:  # Ctrl-C in the first instant, before the command line could report it
+    print("seeupo: interrupted", file=sys.stderr)
+    sys.exit(130)
 
-sys.exit(console())
+console()

@@ -158,12 +158,14 @@ def test_unusable_out_fails_first(command, seeupo, tmp_path):
 
 
 def test_search_help_lists_every_registered_search(seeupo):
-    from seeupo.cli import search_names
+    # the help lists the torch-free catalog; the registry must be built from all of it, in its order
+    from seeupo.experiments.search_catalog import PAPER_SEARCHES
     from seeupo.experiments.searches import SEARCHES
 
-    assert search_names() == [(s.name, s.description) for s in SEARCHES]
+    assert [(e.name, e.claim, e.description, e.max_examples) for e in PAPER_SEARCHES] == [
+        (s.name, s.claim, s.description, s.max_examples) for s in SEARCHES]
     out = seeupo("search", "--help")
-    assert all(s.name in out.stdout for s in SEARCHES)
+    assert all(f"  {s.name}\n      {s.description}\n" in out.stdout for s in SEARCHES)
 
 
 def test_presets_table_shows_only_differing_fields(seeupo):

@@ -12,14 +12,18 @@ whole-trajectory ratios, shared vs independent parameters, exact vs sampled mode
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from hypothesis import strategies as st
 
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.experiments.counterexamples import Case
+from seeupo.experiments.search_catalog import PAPER_SEARCHES
 from seeupo.tabular.train import RunConfig
 from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
 from seeupo.testing import agentic_mdps, policies, sequential_bandits, token_bandits, tree_mdps
@@ -82,78 +86,30 @@ def _bandit_mt() -> st.SearchStrategy:
     return sequential_bandits(min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=3)
 
 
+# each registered search's strategy, by its name in the catalog (seeupo.experiments.search_catalog), which
+# holds its claim, description and budget: `seeupo search --help` lists them without importing this module
+_CASES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
+    "grpo_st_stochastic": lambda: ppu_cases(preset("grpo"), _stochastic_st()),
+    "grpo_mt_bandit": lambda: ppu_cases(preset("grpo"), _bandit_mt()),
+    "grpo_mt_stochastic": lambda: ppu_cases(preset("grpo"), _stochastic_mt()),
+    "grae_mean_ppu_st_stochastic": lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
+    "reinforce_pp_mt_stochastic": lambda: ppu_cases(preset("reinforce_pp"), _stochastic_mt()),
+    "gspo_mt_token": lambda: ppu_cases(preset("gspo"), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
+    "gspo_mean_mt_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_mt()),
+    "gspo_st_stochastic": lambda: ppu_cases(preset("gspo"), _stochastic_st()),
+    "gspo_st_stochastic_tokens": lambda: ppu_cases(preset("gspo"), _stochastic_st_tokens()),
+    "gspo_mean_st_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st_tokens()),
+    "seeupo_mt_stochastic": lambda: ppu_cases(preset("seeupo"), _stochastic_mt()),
+    "seeupo_mt_shared": lambda: ppu_cases(preset("seeupo"), _bandit_mt(), parameterization="shared"),
+    "rloo_mt_small_step": lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [0.1, 0.5, 1.0]),
+    "rloo_mt_large_step": lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [10.0, 50.0]),
+}
+if list(_CASES) != [entry.name for entry in PAPER_SEARCHES]:  # a search added or renamed in one place only
+    raise ImportError("seeupo.experiments.searches: the strategies do not match seeupo.experiments.search_catalog")
+
 SEARCHES: list[SearchSpec] = [
-    SearchSpec(
-        "grpo_st_stochastic", "B",
-        "GRPO (group-std GRAE, token-level PPU), single turn, stochastic outcomes: J decreases",
-        lambda: ppu_cases(preset("grpo"), _stochastic_st()),
-    ),
-    SearchSpec(
-        "grpo_mt_bandit", "C",
-        "GRPO, two-turn deterministic sequential bandit: J decreases",
-        lambda: ppu_cases(preset("grpo"), _bandit_mt()),
-    ),
-    SearchSpec(
-        "grpo_mt_stochastic", "C",
-        "GRPO, two turns, stochastic outcomes and per-turn rewards: J decreases",
-        lambda: ppu_cases(preset("grpo"), _stochastic_mt()),
-    ),
-    SearchSpec(
-        "grae_mean_ppu_st_stochastic", "L-affine",
-        "Control: mean-centred GRAE without std scaling + token-level PPU, single turn, stochastic outcomes",
-        lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
-    ),
-    SearchSpec(
-        "reinforce_pp_mt_stochastic", "B",
-        "REINFORCE++ (batch z-score GRAE, token-level PPU), two turns, stochastic outcomes",
-        lambda: ppu_cases(preset("reinforce_pp"), _stochastic_mt()),
-    ),
-    SearchSpec(
-        "gspo_mt_token", "C",
-        "GSPO (group-std GRAE, whole-trajectory sequence ratio), two turns, token actions",
-        lambda: ppu_cases(preset("gspo"), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
-    ),
-    SearchSpec(
-        "gspo_mean_mt_stochastic", "C",
-        "GSPO with mean-centred GRAE and a whole-trajectory ratio, two turns, stochastic outcomes",
-        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_mt()),
-    ),
-    SearchSpec(
-        "gspo_st_stochastic", "T1-GSPO-ST",
-        "GSPO, single turn, stochastic outcomes, one-token actions (the sequence ratio equals the token ratio)",
-        lambda: ppu_cases(preset("gspo"), _stochastic_st()),
-    ),
-    SearchSpec(
-        "gspo_st_stochastic_tokens", "T1-GSPO-ST",
-        "GSPO, single turn, stochastic outcomes, actions of 2 tokens (the sequence ratio differs from a token ratio)",
-        lambda: ppu_cases(preset("gspo"), _stochastic_st_tokens()),
-        max_examples=400,
-    ),
-    SearchSpec(
-        "gspo_mean_st_stochastic", "T1-GSPO-ST",
-        "Control: GSPO with mean-centred GRAE (no std scaling), single turn, stochastic outcomes, 2-token actions",
-        lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st_tokens()),
-    ),
-    SearchSpec(
-        "seeupo_mt_stochastic", "D",
-        "SeeUPO (batch z-score GRAE, reverse HAML), two turns, stochastic outcomes, exact, independent",
-        lambda: ppu_cases(preset("seeupo"), _stochastic_mt()),
-    ),
-    SearchSpec(
-        "seeupo_mt_shared", "D",
-        "SeeUPO with parameters shared across turns and histories (outside the theory)",
-        lambda: ppu_cases(preset("seeupo"), _bandit_mt(), parameterization="shared"),
-    ),
-    SearchSpec(
-        "rloo_mt_small_step", "A",
-        "RLOO (leave-one-out GRAE, REINFORCE), two turns, stochastic outcomes, step size <= 1",
-        lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [0.1, 0.5, 1.0]),
-    ),
-    SearchSpec(
-        "rloo_mt_large_step", "A",
-        "RLOO, two turns, a large step size (10 or 50): exact tabular softmax PG steps are monotone for any step",
-        lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [10.0, 50.0]),
-    ),
+    SearchSpec(entry.name, entry.claim, entry.description, _CASES[entry.name], max_examples=entry.max_examples)
+    for entry in PAPER_SEARCHES
 ]
 
 
@@ -240,3 +196,79 @@ def get(name: str) -> SearchSpec:
         if spec.name == name:
             return spec
     raise ValueError(f"unknown search {name!r}; choose from {[s.name for s in SEARCHES]}")
+
+
+def read_search_index(index: Path) -> dict[str, dict[str, Any]]:
+    """The entries of the index ``index`` (a ``searches.json`` that :func:`run_searches` writes) by search
+    name, ``{}`` when there is none yet. One that is not a list of search entries is an
+    :class:`~seeupo.validation.InputError` naming the file: it is never overwritten."""
+    from seeupo.validation import InputError, read_json
+
+    if not index.exists():
+        return {}
+    entries = read_json(index)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("search"), str) for e in entries):
+        raise InputError(None, "must be a list of search entries; move it away to start a new one", str(index))
+    return {e["search"]: e for e in entries}
+
+
+def earlier_counterexamples(specs: Sequence[SearchSpec], out_dir: Path) -> list[Path]:
+    """The counterexample files of ``specs`` already in ``out_dir`` (an earlier run's; :func:`run_searches` saves
+    each search's as ``NAME.json``), which a new run would replace."""
+    return [out_dir / f"{spec.name}.json" for spec in specs if (out_dir / f"{spec.name}.json").exists()]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_searches(
+    specs: Sequence[SearchSpec],
+    out_dir: Path,
+    index: Path,
+    *,
+    seed: int,
+    max_examples: int | None = None,
+    plugins: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+    progress: Callable[[str], None] = _stderr,
+) -> list[dict[str, Any]]:
+    """Run each search of ``specs`` in turn, save what it finds as ``out_dir/NAME.json`` and record every
+    search run in the index ``index`` (``searches.json``: the entries already there, this run's replacing
+    those of the same name).
+
+    ``max_examples`` overrides each search's own budget; ``plugins`` (the plugins loaded for the run) are
+    recorded in each entry so that its counterexamples can be replayed. ``progress`` is told when a search
+    starts, ``say`` its outcome (:func:`seeupo.experiments.verdicts.search_outcome`). Ctrl-C stops the
+    search under way, keeps what it found and stops the run: that entry is the last, marked
+    ``"stopped": "interrupted"``, and the index is written all the same. Returns this run's entries.
+    """
+    from seeupo.experiments.counterexamples import search
+    from seeupo.experiments.verdicts import search_outcome
+    from seeupo.validation import dumps
+
+    existing = read_search_index(index)
+    summary = []
+    for spec in specs:
+        budget = max_examples or spec.max_examples
+        progress(f"searching {spec.name} ({budget} examples) ...")
+        result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=budget, seed=seed,
+                        keep_on_interrupt=True, setting=spec.setting)
+        entry = {"search": spec.name, "claim": spec.claim, "description": spec.description, "examples": result.examples,
+                 "max_examples": budget, "seed": seed, "found": result.found is not None, "moved": result.moved}
+        if plugins:
+            entry["plugins"] = list(plugins)
+        if result.found is not None:
+            path = out_dir / f"{spec.name}.json"
+            result.found.save(path)
+            entry |= {"file": str(path), "J": result.found.J, "largest_decrease": result.found.largest_decrease}
+            say(f"{spec.name}: {search_outcome(entry)}; saved {path}")
+        else:
+            say(f"{spec.name}: {search_outcome(entry)}")
+        summary.append(entry)
+        if result.stopped == "interrupted":  # Ctrl-C: keep what was found, record it, stop
+            entry["stopped"] = "interrupted"
+            break
+    existing |= {e["search"]: e for e in summary}
+    index.write_text(dumps(list(existing.values()), indent=1) + "\n")
+    return summary

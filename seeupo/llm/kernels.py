@@ -21,9 +21,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import torch
+
+if TYPE_CHECKING:
+    from seeupo.llm.config import TrainConfig
 
 LayerKernels = Literal["auto", "liger", "torch"]
 """``optim.layer_kernels``: ``"auto"`` liger where :func:`layer_kernels_unavailable` finds no reason
@@ -46,6 +49,28 @@ def model_type_unsupported(model_type: str | None) -> str | None:
     if model_type not in _liger_apply_functions():
         return f"liger-kernel has no layer kernels for model type {model_type!r}"
     return None
+
+
+def refuse_liger_where_it_cannot_run(cfg: TrainConfig) -> None:
+    """Refuse ``optim.logprobs`` / ``optim.layer_kernels: liger`` where the run will not have CUDA (one
+    process trains on the CPU; under torchrun each process on its GPU, where there is one), or layer
+    kernels liger has none of for the model's type, as an :class:`~seeupo.validation.InputError` naming
+    the field: one line before the run folder exists or the model is loaded and warmed up, not a
+    traceback at the first pass. A model whose type its config does not say is checked once loaded."""
+    from seeupo.llm.build import model_type
+    from seeupo.llm.distributed import launched_by_torchrun
+    from seeupo.llm.logprobs import liger_unavailable
+    from seeupo.validation import InputError
+
+    reason = liger_unavailable("cuda" if launched_by_torchrun() and torch.cuda.is_available() else "cpu")
+    for field in ("logprobs", "layer_kernels"):
+        if getattr(cfg.optim, field) == "liger" and reason is not None:
+            raise InputError(f"config.optim.{field}", f"'liger' cannot run: {reason}")
+    kind = model_type(cfg.model.name)  # None: a folder whose config.json does not say; checked once loaded
+    if cfg.optim.layer_kernels == "liger" and kind is not None:
+        unsupported = model_type_unsupported(kind)
+        if unsupported is not None:
+            raise InputError("config.optim.layer_kernels", f"'liger' cannot run: {unsupported}")
 
 
 def apply_layer_kernels(model: torch.nn.Module, choice: LayerKernels, device: torch.device | str) -> str:

@@ -28,6 +28,7 @@ after ``optim.max_non_finite`` such steps in a row the run writes a checkpoint a
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -59,7 +60,7 @@ class TrainingDiverged(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient."""
 
 
-def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, float]:
+def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any, *, progress: bool = False) -> dict[str, float]:
     """Run an environment's supervised warm-up ``spec`` on ``policy``'s model, before training.
 
     The first step of a run that has one (e.g. the bridge's format warm-up, on the whole model,
@@ -74,16 +75,20 @@ def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, f
 
     Returns ``{spec.metric: mean log-likelihood}`` of the last batch, measured before its step
     (NaN when no step was needed); with a target also ``{name: value reached,
-    warm_up_steps_metric(spec): steps taken}``.
+    warm_up_steps_metric(spec): steps taken}``. ``progress``: a progress bar of the steps (a warm-up
+    may take minutes before the first training step).
     """
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=spec.lr)
     loglik = math.nan
     taken, reached = 0, None
+    bar = progress_bar(None, progress, total=spec.steps, desc="warm-up", leave=False)
     while True:
         if spec.target is not None and (taken % spec.check_every == 0 or taken == spec.steps):
-            _, measure, threshold = spec.target
+            name, measure, threshold = spec.target
             reached = float(measure(policy))
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix({name.split("/")[-1]: f"{reached:.3f} (target {threshold:g})"})
             if reached >= threshold:
                 break
         if taken == spec.steps:
@@ -96,6 +101,10 @@ def warm_up(policy: CausalLMPolicy, spec: WarmUp, tokenizer: Any) -> dict[str, f
         optimizer.step()
         loglik = -float(loss.detach())
         taken += 1
+        if hasattr(bar, "update"):
+            bar.update(1)
+    if hasattr(bar, "close"):
+        bar.close()
     logs = {spec.metric: loglik}
     if spec.target is not None:
         logs |= {spec.target[0]: reached, warm_up_steps_metric(spec): float(taken)}
@@ -146,7 +155,8 @@ class Trainer:
     the tasks and holds a shard of each model, and every process makes the update that one
     process would make on the whole batch. ``check_prompts`` refuses a ``rollout.max_context``
     that none of the first tasks' prompts fits before the set-up steps (training; an evaluation
-    scores such episodes as failed instead).
+    scores such episodes as failed instead). ``progress``: say on stderr what the set-up does (loading,
+    the warm-up with its own progress bar), which may take minutes before the first step (process 0).
 
     Construction, top to bottom: load the model, build the environment, the set-up steps (with
     ``prepare``: the environment's supervised :func:`warm_up` and its ``prepare``; their metrics
@@ -157,19 +167,23 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  engine: RolloutEngine | None = None, prepare: bool = True, dist: Distributed | None = None,
-                 check_prompts: bool = False) -> None:
+                 check_prompts: bool = False, progress: bool = False) -> None:
         self.cfg = cfg
         self.dist = dist
+        progress = progress and (dist is None or dist.is_main)
+        say = (lambda message: print(f"set-up: {message}", file=sys.stderr, flush=True)) if progress else (lambda _: None)
         self.dp: DataParallel | None = dist.dp if dist is not None else None
         if dist is not None and cfg.rollout.tasks_per_step % dist.dp.world_size:
             world = dist.dp.world_size
             raise InputError("config.rollout.tasks_per_step",
                              f"{cfg.rollout.tasks_per_step} tasks cannot be shared by {world} processes (use a multiple of {world})")
         if model is None:
+            say(f"loading the model {cfg.model.name} ...")
             model, tokenizer = load_model(cfg.model.name, cfg.model.dtype, cfg.model.seed)
         self.model, self.tokenizer = model, tokenizer
         self.model.eval()  # no dropout: the policy that samples is the policy that is scored
         self.env: EnvSpec = make_environment(cfg.env.name, cfg.env.options, tokenizer, cfg.seed)
+        say(f"environment {cfg.env.name}: {len(self.env.tasks)} training tasks")
         self.out_dir = Path(cfg.out_dir)
 
         # set-up steps, on the whole model before any copy or sharding; logged at step 0
@@ -178,7 +192,10 @@ class Trainer:
             self._check_prompts_fit()
         if prepare and self.env.warm_up is not None:
             spec = self.env.warm_up
-            self.setup_metrics |= warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), spec, tokenizer)
+            say(f"supervised warm-up of the fresh model: at most {spec.steps} steps"
+                + (f", until {spec.target[0]} >= {spec.target[2]:g}" if spec.target is not None else ""))
+            self.setup_metrics |= warm_up(CausalLMPolicy(model, temperature=cfg.rollout.temperature), spec, tokenizer,
+                                          progress=progress)
             if spec.target is not None and self.setup_metrics[spec.target[0]] < spec.target[2]:
                 # the run goes on (it is the user's to stop), but its RL steps may see no signal at all
                 warnings.warn(f"the warm-up stopped at its cap of {spec.steps} steps with {spec.target[0]} = "
@@ -187,6 +204,7 @@ class Trainer:
         if prepare and self.env.prepare is not None:
             self.setup_metrics |= self.env.prepare(CausalLMPolicy(model, temperature=cfg.rollout.temperature))
 
+        say("building the run's models and optimizers ...")
         built = build_models(cfg, model, tokenizer, engine=engine, dist=dist)
         self.policy, self.reference, self.critic = built.policy, built.reference, built.critic
         self.engine, self.rollout_model = built.engine, built.rollout_model

@@ -4,6 +4,7 @@ The command-line runs are subprocesses: each loads its plugin into a fresh regis
 SIGTERM test needs a process to stop.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -126,6 +127,7 @@ def test_verify_with_an_algorithms_counterexamples_never_says_converges(tmp_path
     assert st_line.split("|")[5].strip().startswith("J decreased")
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples(tmp_path):
     (tmp_path / "anti.py").write_text(ANTI)
     env = os.environ | {"PYTHONPATH": str(ROOT)}
@@ -182,6 +184,7 @@ def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
     assert "## Every cell (sampled)" in text
 
 
+@pytest.mark.slow
 def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_beside_it(tmp_path):
     (tmp_path / "anti.py").write_text(ANTI)
     done = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
@@ -203,18 +206,22 @@ def test_a_found_counterexample_gets_its_cause_in_check_md_and_its_explanation_b
 
 def test_an_explanation_that_fails_is_one_line_in_the_report(tmp_path, monkeypatch):
     from seeupo.experiments import explain as explain_module
-    from seeupo.experiments.check import explain_case, explanation_line
+    from seeupo.experiments.check import Explanation, explain_case, explanation_line
 
     def broken(example):
         raise RuntimeError("cannot replay\nsecond line")
 
     monkeypatch.setattr(explain_module, "explain", broken)
     e = explain_case(object(), tmp_path / "counterexamples/x.json", tmp_path)
-    assert e == {"error": "explain failed (RuntimeError: cannot replay)"}
-    assert explanation_line({"file": "counterexamples/x.json", "explanation": e}) == (
+    assert e == Explanation(error="explain failed (RuntimeError: cannot replay)")
+    assert e.to_dict() == {"error": "explain failed (RuntimeError: cannot replay)"}
+    entry = _found("x", "unused")
+    entry = dataclasses.replace(entry, file="counterexamples/x.json", explanation=e)
+    assert explanation_line(entry) == (
         "* `counterexamples/x.json`: no explanation: explain failed (RuntimeError: cannot replay).")
 
 
+@pytest.mark.slow
 def test_compare_reports_both_algorithms_side_by_side(tmp_path):
     done = seeupo("check", "seeupo", "--compare", "grpo", "--quick", "--no-bridge", "--no-progress", "--budget", "30",
                   "--out", "out", cwd=tmp_path)
@@ -249,31 +256,79 @@ def test_compare_with_an_unknown_name_is_one_line_and_exit_2(tmp_path):
 
 def test_compare_stopped_while_timing_writes_a_partial_report(tmp_path, monkeypatch):
     from seeupo.experiments import check as check_module
+    from seeupo.experiments.check import run as run_module
 
     def stopped(*args, **kwargs):  # SIGTERM arrives during the first calibration
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)  # the handler raises here
         raise AssertionError("SIGTERM was not handled")
 
-    monkeypatch.setattr(check_module, "calibrate", stopped)
+    monkeypatch.setattr(run_module, "calibrate", stopped)
+    before = signal.getsignal(signal.SIGTERM)
     result = check_module.compare(["seeupo", "grpo"], check_module.QUICK, tmp_path / "out", bridge=False, say=lambda m: None)
-    assert result["partial"] == "SIGTERM" and result["not_reached"] == ["seeupo", "grpo"]
+    assert result.partial == "SIGTERM" and result.not_reached == ["seeupo", "grpo"]
+    assert result.exit_status(fail_on_decrease=False) == (128 + signal.SIGTERM, None)
     assert "**Partial report**" in (tmp_path / "out/check.md").read_text()
-    assert signal.getsignal(signal.SIGTERM) is not check_module._raise_interrupted  # the handler is given back
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is given back
+    assert json.loads((tmp_path / "out/check.json").read_text()) == json.loads(json.dumps(result.to_dict()))
 
 
-@pytest.mark.parametrize("run, checked, fail_on_decrease, status", [
-    ({"bridge": {}}, {"monotonicity": {"measured": "J decreased"}}, False, 0),
-    ({"bridge": {}}, {"monotonicity": {"measured": "J decreased"}}, True, 1),
-    ({"bridge": {}}, {"monotonicity": {"measured": "converges"}}, True, 0),
-    ({"bridge": {}}, {"monotonicity": {"measured": "no learning signal"}}, False, 1),
-    ({"bridge": {"vacuous": "warm-up missed 0.9"}}, {"monotonicity": {"measured": "converges"}}, False, 1),
-    ({"bridge": {}, "partial": "SIGTERM"}, {"monotonicity": {"measured": "J decreased"}}, True, 128 + 15),
+def test_a_signal_watch_records_the_signal_and_gives_the_handlers_back():
+    from seeupo.experiments.check import Interrupted, SignalWatch
+
+    before = signal.getsignal(signal.SIGTERM)
+    with SignalWatch() as watch:
+        watch.raise_if_signalled()  # nothing received: nothing raised
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler raises here
+        assert watch.received == ["SIGTERM"] and watch.name(KeyboardInterrupt()) == "SIGTERM"
+        with pytest.raises(Interrupted):  # a signal whose exception was lost is raised again between parts
+            watch.raise_if_signalled()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert SignalWatch().name(KeyboardInterrupt()) == "SIGINT"  # Ctrl-C records nothing: its own name
+
+
+@pytest.mark.parametrize("partial, vacuous, measured, fail_on_decrease, status, line", [
+    (None, None, "J decreased", False, 0, None),
+    (None, None, "J decreased", True, 1, "J decreased (--fail-on-decrease)"),
+    (None, None, "monotone", True, 0, None),
+    (None, None, "no learning signal", False, 1, None),
+    (None, None, None, False, 0, None),  # refused: no verdict, no failure
+    (None, "warm-up missed 0.9", "monotone", False, 1, "the bridge is vacuous: warm-up missed 0.9"),
+    ("SIGTERM", None, "J decreased", True, 128 + 15, None),
+    ("SIGINT", "warm-up missed 0.9", "J decreased", True, 128 + 2, None),
 ])
-def test_check_status(run, checked, fail_on_decrease, status):
-    from seeupo.cli import check_status
+def test_exit_status(partial, vacuous, measured, fail_on_decrease, status, line):
+    from seeupo.experiments.check import BridgeResult, MonotonicityVerdict, exit_status
 
-    assert check_status(run, checked, fail_on_decrease) == status
+    bridge = BridgeResult(skipped="--no-bridge") if vacuous is None else BridgeResult(vacuous=vacuous)
+    verdict = MonotonicityVerdict(measured, ["evidence"])
+    assert exit_status(partial, bridge, verdict, fail_on_decrease) == (status, line)
+
+
+# ---- the typed reports: check.json as written, read back
+
+
+COMMITTED = sorted((ROOT / "paper_repro").rglob("check.json")) + sorted((ROOT / "paper_repro").rglob("compare.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_committed_report_reads_back_and_writes_the_same_file(path):
+    """The dataclasses hold all of check.json: a committed report read and written again is the same bytes, and its
+    check.md is rendered again from it, the same too."""
+    from seeupo.experiments.check import CheckReport, CompareReport, markdown
+    from seeupo.validation import dumps
+
+    assert COMMITTED, "no committed check.json under paper_repro/"
+    text = path.read_text()
+    data = json.loads(text)
+    report = (CompareReport if "compare" in data else CheckReport).from_dict(data)
+    assert report.to_dict() == data
+    assert dumps(report.to_dict(), indent=1) + "\n" == text
+    if isinstance(report, CheckReport) and (path.parent / "check.md").exists():
+        assert markdown(report) == (path.parent / "check.md").read_text()
 
 
 # ---- the budget's logic, with a calibration given (no clock: the test holds on any machine)
@@ -291,8 +346,8 @@ def test_fit_brings_the_estimate_within_the_budget(which, seconds):
     cal = check.Calibration(iteration=0.3, search_case=0.15, seconds=2.0, gradient_call=0.01)
     budget = check.fit("grpo", start, cal, exact=True, bridge=True, searches=5)
     estimate = check.plan("grpo", budget, cal, exact=True, bridge=True, searches=5)
-    assert estimate["total"] <= start.seconds + 1e-9, estimate
-    assert estimate["gradient"] == pytest.approx(cal.gradient_call * estimate["gradient_calls"])
+    assert estimate.total <= start.seconds + 1e-9, estimate
+    assert estimate.gradient == pytest.approx(cal.gradient_call * estimate.gradient_calls)
     assert budget.max_examples <= start.max_examples and budget.verify.iterations <= start.verify.iterations
 
 
@@ -309,11 +364,11 @@ def test_plan_prices_each_part_by_its_own_calibration():
     g = budget.gradient
     assert directions == len(g.families) * len(g.turns) * (g.starts + 1)
     assert ascent == len(g.families) * len(g.ascent_turns) * g.ascent_steps
-    assert estimate["gradient"] == pytest.approx(directions * 0.02 + ascent * 0.004)
+    assert estimate.gradient == pytest.approx(directions * 0.02 + ascent * 0.004)
     cfg = budget.verify
     cells = 2 + len(cfg.families)  # ST and MT on token bandits, then each family (exact, independent: --quick)
     expected = (2 * 0.2 + len(cfg.families) * 0.5) * cfg.iterations / min(cfg.workers, cells) + check.POOL_START_SECONDS
-    assert estimate["cells"] == cells and estimate["verify"] == pytest.approx(expected)
+    assert estimate.cells == cells and estimate.verify == pytest.approx(expected)
 
 
 def test_fit_never_grows_the_sizes_and_keeps_the_minimums():
@@ -364,9 +419,13 @@ def _moved_cell() -> dict:
             "max_violation": 0.0, "verdict": "converges", "instances": 2, "iterations": 3}
 
 
-def _found(search: str, cause: str) -> dict:
-    return {"search": search, "found": True, "reproduces": True, "J": [0.125, 0.123288], "file": f"counterexamples/{search}.json",
-            "examples": 5, "max_examples": 5, "moved": 5, "explanation": {"cause": cause, "summary": "", "file": ""}}
+def _found(search: str, cause: str):
+    from seeupo.experiments.check import Explanation, SearchEntry
+
+    return SearchEntry(search=search, description=search, max_examples=5, examples=5, moved=5, seed=0, found=True,
+                       stopped="", seconds=0.0, file=f"counterexamples/{search}.json", J=[0.125, 0.123288],
+                       largest_decrease=0.001712, group_size=2, turns=1, setting="ST", parameterization="independent",
+                       reproduces=True, explanation=Explanation(cause=cause, summary="", file=""))
 
 
 def test_a_decrease_on_a_flat_surrogate_is_reported_apart_and_not_counted():
@@ -376,11 +435,11 @@ def test_a_decrease_on_a_flat_surrogate_is_reported_apart_and_not_counted():
     report = {"cells": [_moved_cell()], "counterexamples": []}
     flat = _found("x_st_stochastic", "flat surrogate")
     alone = monotonicity(report, [flat])
-    assert alone["measured"] == "monotone"
-    assert any(e.startswith("not counted: J fell on a flat surrogate in x_st_stochastic") for e in alone["evidence"])
-    assert "on a flat surrogate (the optimizer's choice, not counted" in search_outcome(flat)
+    assert alone.measured == "monotone"
+    assert any(e.startswith("not counted: J fell on a flat surrogate in x_st_stochastic") for e in alone.evidence)
+    assert "on a flat surrogate (the optimizer's choice, not counted" in search_outcome(flat.to_dict())
     # an estimator's own decrease still decides, and the flat one is still named apart
     both = monotonicity(report, [flat, _found("x_mt_stochastic", "std scaling")])
-    assert both["measured"] == "J decreased"
-    assert both["evidence"][0].startswith("x_mt_stochastic: J 0.125000 -> 0.123288")
-    assert both["evidence"][-1].startswith("not counted: J fell on a flat surrogate in x_st_stochastic")
+    assert both.measured == "J decreased"
+    assert both.evidence[0].startswith("x_mt_stochastic: J 0.125000 -> 0.123288")
+    assert both.evidence[-1].startswith("not counted: J fell on a flat surrogate in x_st_stochastic")

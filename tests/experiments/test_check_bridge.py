@@ -47,19 +47,20 @@ def zero_plugin(tmp_path):
 @pytest.mark.slow
 def test_quick_bridge_warms_up_and_the_builtins_learn_beside_a_plugin_that_does_not(tmp_path, zero_plugin):
     result = check.run_bridge("zero_grpo", check.QUICK, tmp_path, zero_plugin, say=lambda _: None)
-    warm = result["warmup"]
-    assert warm["p_valid"] >= 0.9 and warm["threshold"] == 0.9  # the recorded exact probability
-    assert all(w["p_valid"] >= 0.9 and 0 < w["steps"] <= check.QUICK.bridge_warmup for w in warm["seeds"])
-    assert result["vacuous"] is None
-    learnt = result["learning"]
-    assert learnt["grpo"]["moved"] == "raised" and learnt["grpo"]["change_mean"] > 0.1
-    assert learnt["seeupo"]["moved"] == "raised" and learnt["seeupo"]["change_mean"] > 0.1
-    assert learnt["zero_grpo"]["moved"] == "unchanged" and abs(learnt["zero_grpo"]["change_mean"]) < 1e-6
-    assert result["summary"].startswith("zero_grpo left J where it was") and "grpo raised J" in result["summary"]
+    warm = result.warmup
+    assert warm.p_valid >= 0.9 and warm.threshold == 0.9  # the recorded exact probability
+    assert all(w["p_valid"] >= 0.9 and 0 < w["steps"] <= check.QUICK.bridge_warmup for w in warm.seeds)
+    assert result.vacuous is None
+    learnt = result.learning
+    assert learnt["grpo"].moved == "raised" and learnt["grpo"].change_mean > 0.1
+    assert learnt["seeupo"].moved == "raised" and learnt["seeupo"].change_mean > 0.1
+    assert learnt["zero_grpo"].moved == "unchanged" and abs(learnt["zero_grpo"].change_mean) < 1e-6
+    assert result.summary.startswith("zero_grpo left J where it was") and "grpo raised J" in result.summary
     # the same seeds and warm-up: every algorithm starts from the same exact J
-    starts = {r["J"][0] for r in result["runs"]} | {r["J"][0] for b in result["baselines"].values() for r in b["runs"]}
+    starts = {r["J"][0] for r in result.runs} | {r["J"][0] for b in result.baselines.values() for r in b["runs"]}
     assert len(starts) == 1
-    assert set(result["baselines"]) == {"grpo", "seeupo"}
+    assert set(result.baselines) == {"grpo", "seeupo"}
+    assert check.BridgeResult.from_dict(result.to_dict()) == result
     assert "left J where it was" in "\n".join(check.bridge_markdown(result))
 
 
@@ -67,10 +68,10 @@ def test_learning_words_and_tolerance():
     def runs(*pairs):
         return [{"J_initial": a, "J_final": b} for a, b in pairs]
 
-    assert check.learning(runs((0.4, 0.405), (0.3, 0.31)))["moved"] == "unchanged"  # mean change +0.0075 < 0.01
+    assert check.learning(runs((0.4, 0.405), (0.3, 0.31))).moved == "unchanged"  # mean change +0.0075 < 0.01
     raised = check.learning(runs((0.4, 0.6)))
-    assert raised["moved"] == "raised" and raised["words"].startswith("raised J from 0.4000 to 0.6000")
-    assert check.learning(runs((0.4, 0.2)))["moved"] == "lowered"
+    assert raised.moved == "raised" and raised.words.startswith("raised J from 0.4000 to 0.6000")
+    assert check.learning(runs((0.4, 0.2))).moved == "lowered"
 
 
 @pytest.mark.slow
@@ -80,14 +81,14 @@ def test_a_failed_warm_up_makes_the_bridge_vacuous_and_check_exit_non_zero(tmp_p
     no_warmup = dataclasses.replace(check.QUICK, bridge_warmup=0, max_examples=1,
                                     verify=dataclasses.replace(check.QUICK.verify, instances=1, iterations=2))
     result = check.run_bridge("grpo", no_warmup, tmp_path / "direct", (), say=lambda _: None)
-    assert result["warmup"]["p_valid"] < 0.9 and result["warmup"]["steps"] == 0
-    assert result["vacuous"].startswith("the format warm-up reached P(valid first answer) = 0.0000")
-    assert result["learning"] == {} and not (tmp_path / "direct" / "bridge").exists()  # nothing trained
+    assert result.warmup.p_valid < 0.9 and result.warmup.steps == 0
+    assert result.vacuous.startswith("the format warm-up reached P(valid first answer) = 0.0000")
+    assert result.learning == {} and not (tmp_path / "direct" / "bridge").exists()  # nothing trained
 
     monkeypatch.setattr(check, "QUICK", no_warmup)
     out = tmp_path / "check"
     assert main(["check", "grpo", "--quick", "--no-progress", "--out", str(out)]) == 1
     assert "the bridge is vacuous: the format warm-up reached P(valid first answer)" in capsys.readouterr().err
     report = json.loads((out / "check.json").read_text())
-    assert report["bridge"]["vacuous"] == result["vacuous"]
+    assert report["bridge"]["vacuous"] == result.vacuous
     assert "**vacuous**" in (out / "check.md").read_text()

@@ -330,6 +330,22 @@ def test_the_trainer_warms_up_the_fresh_model_and_logs_it_at_step_0(tmp_path):
     assert all(torch.equal(v, fresh[k]) for k, v in untouched.model.state_dict().items())
 
 
+def test_the_set_up_says_what_it_does_before_the_first_step_and_changes_nothing(tmp_path, capsys):
+    """With ``progress`` the set-up (loading, the environment, the warm-up with its bar, the models) is
+    said on stderr, in order, before any training step; the warmed-up weights are those of a silent set-up."""
+    import torch
+
+    cfg = load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}"])
+    said = Trainer(cfg, progress=True)
+    err = capsys.readouterr().err
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("set-up: ")]
+    assert [line.split(" ")[1] for line in lines] == ["loading", "environment", "supervised", "building"], err
+    assert "warm-up:" in err  # the warm-up's progress bar
+    silent = Trainer(cfg)
+    assert capsys.readouterr().err == ""
+    assert all(torch.equal(v, silent.model.state_dict()[k]) for k, v in said.model.state_dict().items())
+
+
 def test_a_warm_up_with_a_target_stops_once_it_is_met_and_logs_what_it_reached(tiny32):
     """With ``WarmUp.target`` the warm-up measures before the first step and every ``check_every``
     steps, stops at the first measurement at or above the threshold, and logs it with the steps
