@@ -128,7 +128,8 @@ def test_all_claims_get_a_verdict_and_the_report_serialises():
     progress: list[str] = []
     report = check_all(QUICK, progress=progress.append)
     assert [e["id"] for e in report["claims"]] == [c.id for c in CLAIMS]
-    assert len(progress) == len(CLAIMS)
+    assert progress[0].startswith(f"claims: {len(CLAIMS)} claims from ")  # said before the first measurement
+    assert len(progress) == 1 + len(CLAIMS)  # then one line per claim
     for entry in report["claims"]:
         check_entry(entry)
     text = json.dumps(report)
