@@ -21,7 +21,7 @@ Installed packages offer plugins through the entry-point group :data:`ENTRY_POIN
 Every command that reads an algorithm loads them before its own ``--plugin`` files
 (:func:`entry_point_plugins`), and records them like the others.
 
-Errors: a missing file or module is one line (:class:`~seeupo.validation.InputError`, exit 2);
+Errors: a missing file or module is one line (:class:`~seeupo.validation.errors.InputError`, exit 2);
 a name already registered (a built-in or another plugin) is one line naming both; an exception
 raised by the plugin's own code propagates with its traceback, since it is the author's bug to see.
 """
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 HASH_TAG = "@sha256:"
 

@@ -41,7 +41,7 @@ def test_paper_config_environment_builds(path):
     if cfg.env.name == "bfcl":
         pytest.importorskip("bfcl_eval", reason="BFCL configs need bfcl-eval (the Makefile installs it)")
     if cfg.env.name == "appworld":
-        from seeupo.validation import InputError
+        from seeupo.validation.errors import InputError
 
         try:
             spec = make_environment(cfg.env.name, cfg.env.options, train_bpe_tokenizer(), cfg.seed)

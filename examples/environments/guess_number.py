@@ -16,7 +16,7 @@ import torch
 
 from seeupo.llm.agent import StepResult
 from seeupo.llm.envs import EnvSpec, register_env
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ from types import FrameType
 from typing import NoReturn
 
 from seeupo.cli.common import Parser
-from seeupo.validation import InputError, no_empty_dirs_left_on_refusal
+from seeupo.validation.arguments import no_empty_dirs_left_on_refusal
+from seeupo.validation.errors import InputError
 
 COMMANDS: dict[str, str] = {
     "verify": "seeupo.cli.verify",
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command (``argv``: the arguments after ``seeupo``; default ``sys.argv[1:]``) and return its
-    exit status: 2 with one line on stderr for bad input (:class:`~seeupo.validation.InputError`), 130 with
+    exit status: 2 with one line on stderr for bad input (:class:`~seeupo.validation.errors.InputError`), 130 with
     ``seeupo CMD: interrupted`` for a Ctrl-C the command does not handle itself. ``--help`` and flags
     argparse refuses exit through ``SystemExit``, as argparse does."""
     args = None

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 
 from seeupo.cli.common import CHECK_DIR, UsageError, check_exact_contract, plugin_option, require_algorithms
-from seeupo.validation import path_arg, positive_float, positive_int, seed_int, writable_dir
+from seeupo.validation.arguments import path_arg, positive_float, positive_int, seed_int, writable_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

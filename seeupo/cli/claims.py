@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from seeupo.cli.common import UsageError
-from seeupo.validation import dumps, path_arg, writable_dir
+from seeupo.validation.arguments import path_arg, writable_dir
+from seeupo.validation.files import dumps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

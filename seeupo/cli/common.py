@@ -1,7 +1,7 @@
 """What every ``seeupo`` command shares: the parser, its one-line errors and the checks of names.
 
 A command module parses its flags with these and reports bad input by raising :class:`UsageError`
-(or any :class:`~seeupo.validation.InputError`), which :func:`seeupo.cli.main` prints as one line
+(or any :class:`~seeupo.validation.errors.InputError`), which :func:`seeupo.cli.main` prints as one line
 with exit code 2. Nothing here imports torch: ``seeupo --help`` builds every command's parser.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 PAPER_REPRO = Path("paper_repro")
 CHECK_DIR = Path("results/check")  # seeupo check NAME writes to CHECK_DIR / NAME by default

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from seeupo.cli.common import plugin_option, require_llm_extra
-from seeupo.validation import InputError, int_range, path_arg, positive_int, writable_dir
+from seeupo.validation.arguments import int_range, path_arg, positive_int, writable_dir
+from seeupo.validation.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from seeupo.validation import dumps, positive_int
+from seeupo.validation.arguments import positive_int
+from seeupo.validation.files import dumps
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

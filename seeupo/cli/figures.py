@@ -6,7 +6,7 @@ import argparse
 import time
 
 from seeupo.cli.common import UsageError, plugin_option
-from seeupo.validation import path_arg, seed_int, writable_dir
+from seeupo.validation.arguments import path_arg, seed_int, writable_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

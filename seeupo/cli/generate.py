@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from seeupo.cli.common import MAX_CELLS, UsageError
-from seeupo.validation import dumps, int_range, path_arg, positive_int, probability, seed_int, table_cells, writable_file
+from seeupo.validation.arguments import int_range, path_arg, positive_int, probability, seed_int, writable_file
+from seeupo.validation.files import dumps
+from seeupo.validation.schemas import table_cells
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from seeupo.cli.common import plugin_option
-from seeupo.validation import InputError, nonnegative_float
+from seeupo.validation.arguments import nonnegative_float
+from seeupo.validation.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

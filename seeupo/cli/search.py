@@ -12,7 +12,7 @@ import argparse
 
 from seeupo.cli.common import PAPER_REPRO, UsageError, plugin_option, require_algorithms
 from seeupo.experiments.search_catalog import PAPER_SEARCHES
-from seeupo.validation import path_arg, positive_int, seed_int, writable_dir
+from seeupo.validation.arguments import path_arg, positive_int, seed_int, writable_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seeupo.cli.common import plugin_option, require_llm_extra
-from seeupo.validation import path_arg, writable_dir
+from seeupo.validation.arguments import path_arg, writable_dir
 
 if TYPE_CHECKING:
     from seeupo.llm.config import TrainConfig

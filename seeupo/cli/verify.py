@@ -7,7 +7,7 @@ import math
 
 from seeupo.cli.common import CHECK_DIR, MAX_CELLS, UsageError, check_exact_contract, plugin_option, readable_dir, require_algorithms
 from seeupo.tabular.families import AGENTIC_FAMILIES
-from seeupo.validation import comma_list, int_range, path_arg, positive_int, seed_int, writable_dir
+from seeupo.validation.arguments import comma_list, int_range, path_arg, positive_int, seed_int, writable_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

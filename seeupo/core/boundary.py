@@ -53,7 +53,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
 from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, MFactor, PolicyLoss, TurnOrder, shown_path
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
 

@@ -8,7 +8,7 @@ after each iteration. :func:`replay` recomputes the run and compares.
 :meth:`Counterexample.load` validates a file strictly before anything runs: unknown or missing
 fields, values of the wrong type, ``policy_state`` tables whose names or shapes do not match
 the policy the run settings build, and settings outside :data:`LIMITS` (at most
-:data:`MAX_STEPS` optimizer steps in all, batches of at most :data:`MAX_BATCH`) raise :class:`~seeupo.validation.InputError` naming
+:data:`MAX_STEPS` optimizer steps in all, batches of at most :data:`MAX_BATCH`) raise :class:`~seeupo.validation.errors.InputError` naming
 the file and the field. A file that is valid but whose recorded ``J`` differ from the
 recomputed ones is not an error: :func:`replay` reports it.
 
@@ -34,8 +34,17 @@ from seeupo.tabular.instances import MAX_ABS_VALUE, InstanceError, problem_from_
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import AlgorithmStep, RunConfig, initial_policy, track
-from seeupo.validation import (
-    InputError, as_object, check_keys, dataclass_from_dict, dumps, float_field, int_field, is_number, read_json, str_field, type_name,
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import dumps, read_json
+from seeupo.validation.schemas import (
+    as_object,
+    check_keys,
+    dataclass_from_dict,
+    float_field,
+    int_field,
+    is_number,
+    str_field,
+    type_name,
 )
 
 FORMAT = "seeupo-counterexample/1"

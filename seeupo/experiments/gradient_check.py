@@ -35,7 +35,9 @@ from seeupo.tabular.instances import policy_from_dict, problem_from_dict, proble
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
 from seeupo.tabular.problems import DTYPE, TreeMDP, random_family
-from seeupo.validation import InputError, as_object, check_keys, dataclass_from_dict, dumps, read_json
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import dumps, read_json
+from seeupo.validation.schemas import as_object, check_keys, dataclass_from_dict
 
 FORMAT = "seeupo-gradient/1"
 

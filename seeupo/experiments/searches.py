@@ -201,8 +201,9 @@ def get(name: str) -> SearchSpec:
 def read_search_index(index: Path) -> dict[str, dict[str, Any]]:
     """The entries of the index ``index`` (a ``searches.json`` that :func:`run_searches` writes) by search
     name, ``{}`` when there is none yet. One that is not a list of search entries is an
-    :class:`~seeupo.validation.InputError` naming the file: it is never overwritten."""
-    from seeupo.validation import InputError, read_json
+    :class:`~seeupo.validation.errors.InputError` naming the file: it is never overwritten."""
+    from seeupo.validation.errors import InputError
+    from seeupo.validation.files import read_json
 
     if not index.exists():
         return {}
@@ -245,7 +246,7 @@ def run_searches(
     """
     from seeupo.experiments.counterexamples import search
     from seeupo.experiments.verdicts import search_outcome
-    from seeupo.validation import dumps
+    from seeupo.validation.files import dumps
 
     existing = read_search_index(index)
     summary = []

@@ -58,7 +58,7 @@ from seeupo.experiments.verdicts import (
     NO_SIGNAL, TABLE1_CLAIMS, TABLE1_SEARCHES, history_outcome, refused_label, saved_counterexamples, table1_verdict,
 )
 from seeupo.tabular.train import RunConfig, run
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -406,7 +406,7 @@ def algorithm_counterexample_files(directory: str | Path) -> list[Path]:
     """The counterexample files in ``directory``: a folder of them, or a ``seeupo check`` folder
     (its ``counterexamples/`` and those of the earlier runs it moved aside, ``previous-*/counterexamples/``)."""
     from seeupo.experiments.counterexamples import FORMAT
-    from seeupo.validation import read_json
+    from seeupo.validation.files import read_json
 
     base = Path(directory)
     folders = [base]
@@ -434,7 +434,7 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
     plugin) is listed with ``skipped`` and the reason, and counts for nothing.
     """
     from seeupo.experiments.counterexamples import Counterexample, case_setting, replay
-    from seeupo.validation import read_json
+    from seeupo.validation.files import read_json
 
     out: list[dict[str, Any]] = []
     for directory in directories:

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from seeupo.validation import InputError, dumps
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import dumps
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("figures")

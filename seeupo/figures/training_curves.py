@@ -95,7 +95,7 @@ def compute(quick: bool = False, seed: int = 0, runs: list[str] | None = None, l
     if runs:
         missing = [r for r in runs if not (Path(r) / "metrics.jsonl").exists()]
         if missing:
-            from seeupo.validation import InputError
+            from seeupo.validation.errors import InputError
 
             raise InputError(None, f"argument --runs: no metrics.jsonl in {', '.join(missing)}")
         return {"source": "given run folders", "runs": [read_run(r) for r in runs]}

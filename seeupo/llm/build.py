@@ -27,7 +27,7 @@ from seeupo.llm.distributed import (
 from seeupo.llm.kernels import apply_layer_kernels
 from seeupo.llm.policy import CausalLMPolicy, ReferencePolicy, ValueModel
 from seeupo.llm.rollout import HFGenerateEngine, RolloutEngine
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 

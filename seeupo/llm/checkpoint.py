@@ -143,7 +143,7 @@ def saved_run_config(run_dir: str | Path) -> dict[str, Any] | None:
     """The config a run folder was started with: its ``config.yaml``, else the one recorded in
     its newest checkpoint's ``meta.json``; ``None`` when it has neither (no run yet)."""
     from seeupo.llm.config import read_yaml
-    from seeupo.validation import read_json
+    from seeupo.validation.files import read_json
 
     run_dir = Path(run_dir)
     if (run_dir / "config.yaml").is_file():
@@ -191,7 +191,7 @@ def load_model_weights(path: str | Path, model: torch.nn.Module) -> None:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     template = get_model_state_dict(model)
     try:

@@ -49,7 +49,9 @@ from seeupo.core.registry import adv_estimator
 from seeupo.llm.kernels import LayerKernels
 from seeupo.llm.logprobs import LogprobPath
 from seeupo.llm.memory import DEVICE_SHARE
-from seeupo.validation import InputError, as_object, dataclass_from_dict, read_text
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import read_text
+from seeupo.validation.schemas import as_object, dataclass_from_dict
 
 # the paper's algorithm settings (docs/method.md §4): 8 rollouts per task, k3 KL 0.002, clip 0.2; applied
 # to the built-in presets, which the paper compares under them. A preset registered by a plugin
@@ -476,7 +478,7 @@ def check_for_training(cfg: "TrainConfig") -> None:
                                           f"{r.max_context} = {positions:.3g} token positions per step, more than the limit "
                                           f"of {LIMITS['batch_token_positions']:.3g}{hint}")
     if cfg.env.name == "bridge":
-        from seeupo.validation import table_cells
+        from seeupo.validation.schemas import table_cells
 
         initial, actions, observations = bridge_shape(check_env_options("bridge", cfg.env.options))
         cells = table_cells(initial, actions, observations)

@@ -37,7 +37,7 @@ import torch
 from seeupo.llm.agent import AgentLimits, EpisodeRecord, NoPromptFits, TurnRecord, run_episodes
 from seeupo.llm.config import changed_leaves
 from seeupo.llm.rollout import SamplingParams
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 EPISODES = "episodes.jsonl"
 SETTINGS = "eval_settings.json"

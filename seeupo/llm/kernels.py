@@ -54,13 +54,13 @@ def model_type_unsupported(model_type: str | None) -> str | None:
 def refuse_liger_where_it_cannot_run(cfg: TrainConfig) -> None:
     """Refuse ``optim.logprobs`` / ``optim.layer_kernels: liger`` where the run will not have CUDA (one
     process trains on the CPU; under torchrun each process on its GPU, where there is one), or layer
-    kernels liger has none of for the model's type, as an :class:`~seeupo.validation.InputError` naming
+    kernels liger has none of for the model's type, as an :class:`~seeupo.validation.errors.InputError` naming
     the field: one line before the run folder exists or the model is loaded and warmed up, not a
     traceback at the first pass. A model whose type its config does not say is checked once loaded."""
     from seeupo.llm.build import model_type
     from seeupo.llm.distributed import launched_by_torchrun
     from seeupo.llm.logprobs import liger_unavailable
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     reason = liger_unavailable("cuda" if launched_by_torchrun() and torch.cuda.is_available() else "cpu")
     for field in ("logprobs", "layer_kernels"):

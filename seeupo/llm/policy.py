@@ -67,7 +67,7 @@ from seeupo.llm.layout import packing_plan, shared_prefix_lengths
 from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
 from seeupo.llm.memory import AS_NEEDED, DEVICE_SHARE, auto_token_budget, is_checkpointed, recomputing
 from seeupo.llm.tree_attention import TreeKernel, default_kernel, enable_tree_attention, pack_tree, prepared_mask
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
 

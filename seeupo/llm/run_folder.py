@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 if TYPE_CHECKING:
     from seeupo.llm.config import TrainConfig

@@ -53,7 +53,7 @@ from seeupo.llm.metrics import (
 )
 from seeupo.llm.policy import CausalLMPolicy, clipped_value_loss
 from seeupo.llm.rollout import RolloutEngine, SamplingParams
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 
 class TrainingDiverged(RuntimeError):

@@ -27,11 +27,11 @@ Policy file (for ``seeupo exact --policy``)::
 
 Validation is strict: every field is type-checked (a number given as a string, or a boolean
 where a number goes, is an error), unknown fields are errors, and every problem raises
-:class:`InstanceError` (an :class:`seeupo.validation.InputError`) naming the file and field.
+:class:`InstanceError` (an :class:`seeupo.validation.errors.InputError`) naming the file and field.
 
 Limits (chosen so that a bad file fails in well under a second instead of hanging):
 
-* the JSON limits of :mod:`seeupo.validation` (64 MiB, nesting 64 deep, integer literals of at
+* the JSON limits of :mod:`seeupo.validation.files` (64 MiB, nesting 64 deep, integer literals of at
   most 30 digits, no NaN or Infinity);
 * :data:`MAX_CELLS` (10**7): the total number of table entries (``sum_t N_t * A_t * O_t``),
   computed from the shape fields before any table is read; ``max_cells=`` (``seeupo exact
@@ -52,7 +52,9 @@ import numpy as np
 import torch
 
 from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
-from seeupo.validation import MAX_FILE_BYTES, InputError, check_keys, float_field, int_field, is_number, read_json, table_cells
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import MAX_FILE_BYTES, read_json
+from seeupo.validation.schemas import check_keys, float_field, int_field, is_number, table_cells
 
 Tensor = torch.Tensor
 KINDS = ("sequential_bandit", "tree_mdp")

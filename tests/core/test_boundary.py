@@ -19,7 +19,7 @@ from seeupo.core.registry import (
     register_m_factor, register_policy_loss, register_turn_order,
 )
 from seeupo.core.update import compute_advantages, turn_order
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 HERE = "tests/core/test_boundary.py:"
 

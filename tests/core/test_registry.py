@@ -25,7 +25,8 @@ from seeupo.core.registry import (
     register_turn_order,
 )
 from seeupo.core.update import compute_advantages, final_factor, policy_update, turn_order
-from seeupo.validation import InputError, dataclass_from_dict
+from seeupo.validation.errors import InputError
+from seeupo.validation.schemas import dataclass_from_dict
 
 DT = torch.float64
 

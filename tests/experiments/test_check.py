@@ -319,7 +319,7 @@ def test_a_committed_report_reads_back_and_writes_the_same_file(path):
     """The dataclasses hold all of check.json: a committed report read and written again is the same bytes, and its
     check.md is rendered again from it, the same too."""
     from seeupo.experiments.check import CheckReport, CompareReport, markdown
-    from seeupo.validation import dumps
+    from seeupo.validation.files import dumps
 
     assert COMMITTED, "no committed check.json under paper_repro/"
     text = path.read_text()

@@ -4,7 +4,7 @@ import pytest
 
 from seeupo.core.config import PRESETS
 from seeupo.llm.config import PAPER_ALGORITHM, TrainConfig, load_train_config
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 
 def test_defaults_are_the_papers_settings():

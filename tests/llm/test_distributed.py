@@ -146,7 +146,7 @@ def test_torchrun_train_then_resume_on_one_process(tmp_path):
 
 def test_tasks_per_step_must_divide_among_processes():
     from seeupo.llm.distributed import Distributed
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     cfg = load_train_config(None, OVERRIDES + ["rollout.tasks_per_step=3", "out_dir=unused"])
     fake = Distributed(DataParallel(0, 2), 0, torch.device("cpu"), None)

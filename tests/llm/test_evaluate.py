@@ -242,7 +242,7 @@ def test_load_model_weights_compares_names_and_shapes_before_loading(tmp_path):
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     from seeupo.llm.checkpoint import load_model_weights
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     saved = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
     path = save_checkpoint(tmp_path, 1, {"trainer": {"step": 1}}, sharded={"model": get_model_state_dict(saved)})

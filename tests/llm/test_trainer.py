@@ -211,7 +211,7 @@ def test_resume_refuses_another_config_and_logs_allowed_changes(tmp_path, capsys
     assert "is complete (its newest checkpoint is step 3 of steps 3); nothing to train" in out and "Wrote" not in out
     assert _hashes(run) == complete
     # the library refuses the same way: Trainer.train(resume=True) with another algorithm
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     other = Trainer(load_train_config(None, SMALL + ["steps=4", "checkpoint.every=1", "algorithm.preset=rloo", f"out_dir={run}"]))
     with pytest.raises(InputError, match="algorithm.preset: 'seeupo' -> 'rloo'"):
@@ -246,7 +246,7 @@ def test_a_context_no_prompt_fits_is_one_line_before_the_warm_up(tmp_path, capsy
 
 
 def test_no_prompt_fits_at_rollout_is_the_same_one_line_error(tmp_path):
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     trainer = Trainer(load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}"]))
     trainer.cfg = load_train_config(None, SMALL + ["steps=1", f"out_dir={tmp_path}", "rollout.max_context=5"])

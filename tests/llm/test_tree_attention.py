@@ -19,7 +19,7 @@ import torch
 pytest.importorskip("transformers", reason="tests/llm need transformers and tokenizers (pip install -e '.[llm]')")
 
 from seeupo.llm.memory import activation_bytes_per_token, auto_token_budget
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 from seeupo.llm.models import norms_in_model_dtype
 from seeupo.llm.policy import CausalLMPolicy
 from seeupo.llm.tree_attention import (

@@ -31,7 +31,7 @@ def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = prin
     (:data:`OUTPUTS`) are moved into ``out/previous-<UTC time>/``, said before it happens, and
     nothing is deleted (a counterexample may have cost minutes of search). Other files stay.
     """
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     if not out.exists() or not any(out.iterdir()):
         return []
@@ -55,7 +55,7 @@ def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = prin
 
 def write(report: CheckReport | CompareReport, out: Path) -> None:
     """``report`` as ``check.json``, ``check.md`` and ``check.png`` in ``out``."""
-    from seeupo.validation import dumps
+    from seeupo.validation.files import dumps
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "check.json").write_text(dumps(report.to_dict(), indent=1) + "\n")

@@ -8,7 +8,7 @@ toolkit or in a plugin file (``seeupo train --plugin FILE``, :mod:`seeupo.plugin
         ...
 
 A builder takes the config's ``env.options`` read into its options dataclass (types, choices,
-unknown keys and the ``bounds`` checked by :func:`seeupo.validation.dataclass_from_dict` before any
+unknown keys and the ``bounds`` checked by :func:`seeupo.validation.schemas.dataclass_from_dict` before any
 model loads; ``None`` when it registered none), the tokenizer and the run's seed, and returns an
 :class:`EnvSpec`: the training tasks, how to make one environment per trajectory
 (:class:`seeupo.llm.agent.Environment`), and what the environment adds to a run (a per-turn token
@@ -23,7 +23,7 @@ returns, and what every environment it makes returns from ``reset``, ``step`` an
 (initial messages of string roles and contents; a :class:`~seeupo.llm.agent.StepResult` whose
 observation is a string or ``None``, reward a finite number, ``done`` a bool and ``info`` a dict),
 and its ``metrics``, ``prepare`` and ``category``. A violation, or an exception of the plugin's own
-code (other than an :class:`~seeupo.validation.InputError`, which is one line already), is a :class:`~seeupo.core.boundary.PluginError`: one line naming the environment, the file
+code (other than an :class:`~seeupo.validation.errors.InputError`, which is one line already), is a :class:`~seeupo.core.boundary.PluginError`: one line naming the environment, the file
 and line of its builder, what was expected and what came back (the command line exits with 2).
 The model's text reaches an environment as a string and is never evaluated by the toolkit.
 """
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from seeupo.core.registry import Entry, NameClash, Registry
-from seeupo.validation import InputError, dataclass_from_dict
+from seeupo.validation.errors import InputError
+from seeupo.validation.schemas import dataclass_from_dict
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +135,7 @@ class EnvEntry(Entry):
             raise TypeError(f"environment {self.name!r}: bounds name no field of its options: {unknown}")
 
     def read_options(self, options: Any) -> Any:
-        """``env.options`` read into :attr:`options`, checked (:class:`~seeupo.validation.InputError` naming the field)."""
+        """``env.options`` read into :attr:`options`, checked (:class:`~seeupo.validation.errors.InputError` naming the field)."""
         if self.options is None:
             if options:
                 raise InputError("config.env.options", f"environment {self.name!r} takes no options, got {options!r}")
@@ -167,7 +168,7 @@ class EnvRegistry(Registry[EnvEntry]):
 
     def get(self, name: str) -> EnvEntry:
         """The entry ``name`` (a built-in's module imported first); an unknown name is a one-line
-        :class:`~seeupo.validation.InputError` listing the registered ones."""
+        :class:`~seeupo.validation.errors.InputError` listing the registered ones."""
         if not isinstance(name, str) or name not in self._entries:
             raise InputError("config.env.name", f"unknown environment {name!r}; expected one of {sorted(self.names())}")
         declared = self._entries[name]
@@ -310,7 +311,7 @@ def _label(entry: EnvEntry, what: str) -> str:
 
 def _call(entry: EnvEntry, what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``; an exception of the plugin's code becomes one line naming the environment and the user's
-    frames (an :class:`~seeupo.validation.InputError` it raises, e.g. about an option, passes as it is)."""
+    frames (an :class:`~seeupo.validation.errors.InputError` it raises, e.g. about an option, passes as it is)."""
     from seeupo.core.boundary import PluginError, user_frames
 
     try:

@@ -624,7 +624,7 @@ def load_task_ids(split: str, pool: ServerPool, timeout: float = 300.0) -> list[
 @register_env("appworld", options=AppWorldOptions, bounds=APPWORLD_BOUNDS)
 def make_appworld(opts: AppWorldOptions, tokenizer: Any, seed: int) -> EnvSpec:
     """AppWorld's :class:`~seeupo.llm.envs.EnvSpec` from ``env.options`` (see :class:`AppWorldOptions`)."""
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     try:  # no interpreter, or no data bundle: a set-up error of the user's, reported in one line
         pool = ServerPool(opts.python, root=opts.root, max_idle=opts.pool_size, start_timeout=opts.start_timeout)

@@ -504,7 +504,7 @@ def _json_tools(functions: list[dict]) -> str:
 @register_env("bfcl", options=BFCLOptions, bounds=BFCL_BOUNDS)
 def make_bfcl(opts: BFCLOptions, tokenizer: Any, seed: int) -> EnvSpec:
     """The :class:`~seeupo.llm.envs.EnvSpec` of ``env.name: bfcl`` (options: :class:`BFCLOptions`)."""
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     if not bfcl_available():
         raise InputError("config.env.name", INSTALL_HINT)

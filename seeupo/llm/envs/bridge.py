@@ -34,7 +34,7 @@ policy ``J`` scores and the episode the problem's episode:
   turns (:func:`bridge_num_turns`) and ``rollout.max_context`` holds the longest game. An
   episode the agent loop cuts off would be scored 0 from there on, and an answer it cuts at the
   context's end would be scored invalid, neither of which ``J`` counts, so :meth:`BridgeEnv.truncate`
-  and :meth:`BridgeEnv.step` refuse them (:class:`~seeupo.validation.InputError` naming the limit).
+  and :meth:`BridgeEnv.step` refuse them (:class:`~seeupo.validation.errors.InputError` naming the limit).
 
 ``J`` is the expectation under the problem's initial-state distribution ``rho``; the training
 tasks are ``num_tasks`` draws from ``rho`` (with one initial state, the default, they coincide).
@@ -53,7 +53,8 @@ from seeupo.llm.agent import ChatDelta, Message, StepResult
 from seeupo.llm.envs import EnvSpec, WarmUp, register_env
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.problems import DTYPE, TreeMDP
-from seeupo.validation import InputError, dataclass_from_dict
+from seeupo.validation.errors import InputError
+from seeupo.validation.schemas import dataclass_from_dict
 
 Tensor = torch.Tensor
 
@@ -373,7 +374,7 @@ def bridge_num_turns(options: dict[str, Any]) -> int:
     game short, and :meth:`BridgeEnv.truncate` would refuse the first cut-off episode. A random
     problem's count is ``turns``; an instance file is read (size-limited by
     :func:`seeupo.tabular.instances.load_problem`). Bad options raise
-    :class:`~seeupo.validation.InputError` naming the field.
+    :class:`~seeupo.validation.errors.InputError` naming the field.
     """
     from seeupo.llm.config import bridge_shape  # the one reader of a bridge problem's shape
 

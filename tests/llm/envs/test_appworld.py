@@ -41,7 +41,7 @@ from seeupo.llm.envs.appworld import (
     shaped_reward,
     truncate,
 )
-from seeupo.validation import InputError
+from seeupo.validation.errors import InputError
 
 FAKE = str(Path(__file__).with_name("fake_appworld_server.py"))
 DATA_SKIP = "AppWorld data bundle not installed: run `appworld download data` where S3 is reachable"

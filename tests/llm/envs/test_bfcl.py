@@ -484,7 +484,7 @@ def test_shuffled_split_is_stratified_disjoint_and_seeded():
 
 def test_options_are_validated():
     from seeupo.llm.envs import make_environment
-    from seeupo.validation import InputError
+    from seeupo.validation.errors import InputError
 
     for options, message in [({"categories": ["multi_turn_web"]}, "unknown category"),
                              ({"max_steps": 0}, "max_steps"), ({"reward": "dense"}, "reward"),

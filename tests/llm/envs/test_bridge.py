@@ -38,7 +38,7 @@ from seeupo.llm.trainer import warm_up  # noqa: E402
 from seeupo.tabular.exact import evaluate  # noqa: E402
 from seeupo.tabular.instances import problem_to_dict  # noqa: E402
 from seeupo.tabular.problems import DTYPE, random_tree_mdp  # noqa: E402
-from seeupo.validation import InputError  # noqa: E402
+from seeupo.validation.errors import InputError  # noqa: E402
 
 TAU = 0.9
 GAMMA = 0.6

@@ -7,9 +7,10 @@ from typing import Literal
 
 import pytest
 
-from seeupo.validation import (
-    MAX_DEPTH, InputError, comma_list, dataclass_from_dict, json_depth, parse_json, positive_int, probability, table_cells,
-)
+from seeupo.validation.arguments import comma_list, positive_int, probability
+from seeupo.validation.errors import InputError
+from seeupo.validation.files import MAX_DEPTH, json_depth, parse_json
+from seeupo.validation.schemas import dataclass_from_dict, table_cells
 
 
 def test_json_depth_ignores_brackets_in_strings():
@@ -88,7 +89,8 @@ def test_table_cells():
 
 
 def test_a_field_of_several_types_takes_any_and_names_them_all_when_none_fits():
-    from seeupo.validation import InputError, dataclass_from_dict
+    from seeupo.validation.errors import InputError
+    from seeupo.validation.schemas import dataclass_from_dict
 
     @dataclass(frozen=True)
     class Switch:
