@@ -15,7 +15,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.advantages import gae_for_batch, grae
 from seeupo.core.config import AlgorithmConfig, preset
-from seeupo.core.execution import UpdateSettings, UpdateStats, micro_batch_plan, minibatch_plan
+from seeupo.core.execution import UpdateSettings, micro_batch_plan, minibatch_plan
 from seeupo.core.update import (
     can_fuse_ratio_passes,
     advance_factor,

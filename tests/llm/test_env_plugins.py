@@ -18,7 +18,7 @@ from seeupo.core.boundary import PluginError  # noqa: E402
 from seeupo.core.registry import NameClash  # noqa: E402
 from seeupo.llm.checkpoint import checkpoint_step, latest_checkpoint  # noqa: E402
 from seeupo.llm.config import load_train_config  # noqa: E402
-from seeupo.llm.envs import ENVIRONMENTS, EnvSpec, make_environment, register_env  # noqa: E402
+from seeupo.llm.envs import ENVIRONMENTS, make_environment, register_env  # noqa: E402
 from seeupo.validation.errors import InputError  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "environments"

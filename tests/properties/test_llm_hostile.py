@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import re
 import resource
