@@ -58,10 +58,10 @@ $(VERL_BIN)/.seeupo-verl: pyproject.toml
 	touch $(VERL_BIN)/.seeupo-verl
 
 verify: $(BIN)/seeupo
-	$(BIN)/seeupo verify
+	$(BIN)/seeupo verify --overwrite
 
 verify-quick: $(BIN)/seeupo
-	$(BIN)/seeupo verify --quick
+	$(BIN)/seeupo verify --quick --overwrite
 
 # a tiny language model trained with SeeUPO on the bridge; exact J after every step (a few minutes)
 train-demo: $(BIN)/seeupo

@@ -23,7 +23,7 @@ these pass types:
   over the same tokens);
 * ``m_ratio``: the no-gradient ratio passes of a sequential update that advance ``M``'s factor
   (``seeupo-unfused``, the reference sweep; none after the last turn). ``seeupo`` (the default,
-  :func:`seeupo.core.update.fused_sequential_sweep`) takes each turn's ratio in the next turn's
+  :meth:`seeupo.core.execution.GradientSteps.fused`) takes each turn's ratio in the next turn's
   first optimizer step, so its ratio passes are part of ``update``;
 * ``critic_update``: the critic's value-loss forward + backward (``ppo``).
 

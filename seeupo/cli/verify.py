@@ -7,7 +7,8 @@ import math
 
 from seeupo.cli.common import CHECK_DIR, MAX_CELLS, UsageError, check_exact_contract, plugin_option, readable_dir, require_algorithms
 from seeupo.tabular.families import AGENTIC_FAMILIES
-from seeupo.validation.arguments import comma_list, int_range, path_arg, positive_int, seed_int, writable_dir
+from seeupo.validation.arguments import (comma_list, int_range, move_earlier_outputs_aside, path_arg, positive_int, seed_int,
+                                         writable_dir)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         + ",".join(AGENTIC_FAMILIES) + " (default: all), or none")
     p.add_argument("--workers", type=int_range(1, 256), help="worker processes, 1 to 256 (default 2)")
     p.add_argument("--seed", type=seed_int, help="seed of the random problems and runs")
-    p.add_argument("--out", type=path_arg, default="results/verify", help="folder for verify.json and verify.md (default: results/verify)")
+    p.add_argument("--out", type=path_arg, default="results/verify", help="folder for verify.json and verify.md (default: results/verify); an earlier report there is refused "
+                        "unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="move an earlier report in --out into --out/previous-<time>/ (nothing is deleted) and write anew")
     p.add_argument("--algorithms", type=comma_list(None), metavar="NAME,...",
                    help="registered algorithms (presets; a plugin's too) to run instead of the grid")
     p.add_argument("--counterexamples", action="append", default=[], metavar="DIR",
@@ -39,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seeupo.experiments.verify import QUICK, VerifyConfig, markdown, stderr_progress, verify, write_report
+    from seeupo.experiments.verify import (QUICK, VERIFY_OUTPUTS, VerifyConfig, markdown, stderr_progress, verify,
+                                          write_report)
 
     base = QUICK if args.quick else VerifyConfig()
     overrides = {
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.algorithms:  # a broken estimator is named now, before a folder or a worker process exists
         check_exact_contract(args.algorithms, cfg.group_size)
     out = writable_dir(args.out, "--out")  # refused later (a plugin breaking its contract in a cell): removed again
+    move_earlier_outputs_aside(out, VERIFY_OUTPUTS, args.overwrite, "verify", stderr_progress)
     report = verify(cfg, progress=None if args.no_progress else stderr_progress)
     json_path, md_path = write_report(report, out)
     print(markdown(report))

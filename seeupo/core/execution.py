@@ -30,7 +30,7 @@ class Policy(Protocol):
     """What the update needs from a policy: differentiable per-token log-probabilities.
 
     Optionally ``turns_share_parameters = True``: every parameter serves every turn (a language
-    model, a tabular policy with shared features), which :func:`fused_sequential_sweep` needs. With
+    model, a tabular policy with shared features), which :meth:`GradientSteps.fused` needs. With
     per-turn parameters (independent tabular tables) a fused step would give the finished turn's parameters a zero gradient
     instead of none, and an optimizer with momentum (Adam) still moves those; absent means ``False``.
     """
@@ -68,7 +68,7 @@ class UpdateSettings:
       dp: data parallelism: this process's rank among processes that all call
         :func:`~seeupo.core.update.policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
       fuse_ratio_passes: a sequential update takes each turn's ratio in the next turn's first
-        optimizer step where the schedule allows (:func:`fused_sequential_sweep`); ``False``:
+        optimizer step where the schedule allows (:meth:`GradientSteps.fused`); ``False``:
         a separate no-gradient pass (:func:`~seeupo.core.update.sequential_sweep`, the reference). The same update;
         only for a policy whose turns share its parameters (:class:`Policy`).
       old_logps_from_update: the update is one optimizer step (:func:`~seeupo.core.update.is_on_policy`), so its own
@@ -108,7 +108,7 @@ class UpdateStats:
     ``factor``, the ``[n_traj]`` factor ``F`` that the last turn's weights read (the product over
     the other turns; :func:`~seeupo.core.update.final_factor` adds the last turn's ratio); where its ``M`` reads the
     ratio, ``fused_ratio_passes`` says whether the ratio passes were fused into the next turns'
-    steps (:func:`fused_sequential_sweep`) and ``fusion_blocker`` why not (:func:`~seeupo.core.update.fusion_blocker`).
+    steps (:meth:`GradientSteps.fused`) and ``fusion_blocker`` why not (:func:`~seeupo.core.update.fusion_blocker`).
     With ``settings.old_logps_from_update``, ``logp_old`` holds the ``[n, L]`` log-probabilities the
     update's step scored the batch's rows with before it moved the parameters (0 off the tokens).
     """
@@ -197,7 +197,7 @@ def micro_batch_plan(
 
 @dataclass(eq=False)
 class _PendingRatio:
-    """A finished turn's ratio, taken in the next turn's first optimizer step (:func:`fused_sequential_sweep`).
+    """A finished turn's ratio, taken in the next turn's first optimizer step (:meth:`GradientSteps.fused`).
 
     ``finished`` marks the step batch's rows of the finished turn. They are scored in the same
     passes as the trained rows; their log-probabilities advance ``factor``
@@ -330,7 +330,15 @@ class GradientSteps:
     def fused(self, rows: Tensor, advantages: Tensor, factor: Tensor, finished: Tensor | None) -> Tensor:
         """``self(rows, advantages[rows] * F[traj])`` with ``F`` first advanced by the ratio of the
         ``finished`` rows (the previous turn's), scored in the first optimizer step's passes; returns
-        that ``F``. Needs one minibatch (:func:`~seeupo.core.update.fusion_blocker`)."""
+        that ``F``. Needs one minibatch (:func:`~seeupo.core.update.fusion_blocker`).
+
+        The previous turn's ratio is read under the weights its update left, which are the weights
+        this turn's first optimizer step starts from: that step forwards both turns' rows together
+        and advances ``F`` from the finished rows before forming its own weights ``M = A * F[traj]``.
+        A packed language-model layout then reads the earlier of a trajectory's two turns from the
+        later turn's row: one forward pass with gradient where the reference sweep
+        (:func:`~seeupo.core.update.sequential_sweep`) makes a no-gradient pass and a gradient pass.
+        """
         sub, settings = self.batch.select(rows), self.settings.select(rows)
         for k, part in enumerate(minibatch_plan(sub, self.epochs, self.minibatches, settings.generator)):
             if k == 0 and finished is not None:  # one minibatch: ``part`` is every row of the turn
@@ -345,22 +353,3 @@ class GradientSteps:
                            self.stats)
         return factor
 
-
-def fused_sequential_sweep(batch: SampleBatch, advantages: Tensor, order: list[int], steps: GradientSteps) -> Tensor:
-    """:func:`~seeupo.core.update.sequential_sweep` in turn ``order`` with each turn's ratio pass fused into
-    the next turn's first optimizer step; returns the factor ``F`` the last turn's weights read.
-
-    The ratio of turn ``t`` is read under the weights that turn ``t``'s update left, which are
-    the weights the next turn's first optimizer step starts from: that step forwards both turns'
-    rows together (:meth:`GradientSteps.fused`) and advances ``F`` from turn ``t``'s rows before
-    forming its own weights ``M = A * F[traj]``. A packed language-model layout then reads the
-    earlier of a trajectory's two turns from the later turn's row: one forward pass with gradient
-    where the reference makes a no-gradient pass and a gradient pass. The same update as the
-    reference sweep (a property test draws configurations and compares them), under
-    :func:`~seeupo.core.update.fusion_blocker`.
-    """
-    factor = torch.ones(batch.num_trajectories, dtype=advantages.dtype, device=advantages.device)
-    for i, t in enumerate(order):
-        finished = batch.turn == order[i - 1] if i > 0 else None
-        factor = steps.fused(batch.turn == t, advantages, factor, finished)  # F <- m_factor(F, ratio_prev); M_t = A * F
-    return factor

@@ -24,7 +24,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.boundary import call_estimator, call_turn_order
 from seeupo.core.config import AlgorithmConfig
-from seeupo.core.execution import GradientSteps, Policy, UpdateSettings, UpdateStats, fused_sequential_sweep
+from seeupo.core.execution import GradientSteps, Policy, UpdateSettings, UpdateStats
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
 from seeupo.core.parallel import DataParallel, score_rows
 from seeupo.core.registry import M_FACTORS, TURN_ORDERS, adv_estimator
@@ -220,7 +220,7 @@ def sequential_sweep(
 def fusion_blocker(
     policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, settings: UpdateSettings | None = None
 ) -> str | None:
-    """Why :func:`fused_sequential_sweep` cannot make ``cfg``'s sequential update of ``policy`` on
+    """Why :meth:`~seeupo.core.execution.GradientSteps.fused` cannot make ``cfg``'s sequential update of ``policy`` on
     ``batch`` (a one-line reason), or ``None`` where it can.
 
     ``settings.fuse_ratio_passes`` must be on and the policy's turns must share its parameters
@@ -257,7 +257,7 @@ def fusion_blocker(
 def can_fuse_ratio_passes(
     policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None
 ) -> bool:
-    """Whether :func:`fused_sequential_sweep` makes ``cfg``'s sequential update of ``policy`` on
+    """Whether :meth:`~seeupo.core.execution.GradientSteps.fused` makes ``cfg``'s sequential update of ``policy`` on
     ``batch`` (:func:`fusion_blocker` gives the reason where not)."""
     return fusion_blocker(policy, batch, cfg, UpdateSettings(dp=dp)) is None
 
@@ -290,8 +290,9 @@ def policy_update(
     GSPO, RLOO). Sequential: :func:`sequential_sweep`, each turn getting ``epochs x
     minibatches`` steps on its own rows (:func:`steps_per_turn`); where it can
     (:func:`fusion_blocker` gives none), the same sweep with the ratio passes fused into the next
-    turn's first step (:func:`fused_sequential_sweep`; ``stats.fused_ratio_passes``). ``settings``: the inputs and
-    execution settings that are not the algorithm (:class:`UpdateSettings`; ``None``: defaults).
+    turn's first step (:meth:`~seeupo.core.execution.GradientSteps.fused`; ``stats.fused_ratio_passes``).
+    ``settings``: the inputs and execution settings that are not the algorithm
+    (:class:`UpdateSettings`; ``None``: defaults).
     With ``settings.dp`` the result is the single-process update.
     """
     settings = settings if settings is not None else UpdateSettings()
@@ -307,9 +308,12 @@ def policy_update(
     blocker = fusion_blocker(policy, batch, cfg, settings)
     if M_FACTORS.get(cfg.m_factor).uses_ratio:  # else there is no ratio pass to fuse
         stats.fused_ratio_passes, stats.fusion_blocker = blocker is None, blocker
-    if blocker is None:  # the same sweep, each turn's ratio read in the next turn's first step
+    if blocker is None:  # the same sweep, each turn's ratio read in the next turn's first optimizer step
         order = turn_order(cfg, num_turns(batch), settings.generator)
-        stats.turn_order, stats.factor = order, fused_sequential_sweep(batch, advantages, order, steps)
+        factor = torch.ones(batch.num_trajectories, dtype=advantages.dtype, device=advantages.device)
+        for i, t in enumerate(order):  # F[traj] <- m_factor(F, ratio of turn order[i-1]); update turn t with A * F
+            factor = steps.fused(batch.turn == t, advantages, factor, batch.turn == order[i - 1] if i > 0 else None)
+        stats.turn_order, stats.factor = order, factor
     else:
         stats.turn_order, stats.factor = sequential_sweep(
             policy, batch, advantages, cfg, steps, settings.generator, settings.dp

@@ -819,9 +819,14 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)  # quick now; it releases the queues' semaphores
 
 
+#: What ``seeupo verify`` writes in its ``--out`` folder (``--overwrite`` moves these aside, never deletes them).
+VERIFY_OUTPUTS = ("verify.json", "verify.md")
+
+
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """``report`` as ``out_dir``'s :data:`VERIFY_OUTPUTS`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
+    json_path, md_path = (out_dir / name for name in VERIFY_OUTPUTS)
     json_path.write_text(json.dumps(report, indent=1))
     md_path.write_text(markdown(report))
     return json_path, md_path

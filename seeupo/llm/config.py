@@ -150,7 +150,7 @@ class OptimConfig:
       after the prompt are as long as the prompt (benchmarks/RESULTS.md, issue 18).
     fuse_ratio_passes: a sequential update (SeeUPO) reads each turn's ratio for ``M`` in the next
       turn's first optimizer step instead of a separate no-gradient pass, where the schedule
-      allows (one minibatch per turn: :func:`seeupo.core.update.fused_sequential_sweep`); the
+      allows (one minibatch per turn: :meth:`seeupo.core.execution.GradientSteps.fused`); the
       same update (a language model's weights serve every turn); ``false``: the reference sweep.
       Only with a packed layout, where the finished turn's rows carry the next turn's (one pass
       instead of two); with ``scoring: per_row`` the reference sweep runs either way. The metric

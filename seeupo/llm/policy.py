@@ -165,11 +165,9 @@ class _Pass:
     prefix_row: Tensor | None = None
 
 
-_WARNED: set[tuple[int, str]] = set()  # (model, reason) pairs already warned of
-
-
 def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
-    """``scoring``, or ``"packed"`` where ``"prefix_shared"`` cannot run on ``model`` (warned once)."""
+    """``scoring``, or ``"packed"`` where ``"prefix_shared"`` cannot run on ``model`` (warned once per
+    caller and reason, by :mod:`warnings`' default filter)."""
     if scoring not in get_args(Scoring):
         raise ValueError(f"unknown scoring {scoring!r}; expected one of {get_args(Scoring)}")
     if scoring != "prefix_shared":
@@ -177,9 +175,7 @@ def effective_scoring(model: torch.nn.Module, scoring: Scoring) -> Scoring:
     reason = enable_tree_attention(model)
     if reason is None:
         return scoring
-    if (id(model), reason) not in _WARNED:
-        _WARNED.add((id(model), reason))
-        warnings.warn(f"scoring='prefix_shared' falls back to 'packed' for {type(model).__name__}: {reason}", stacklevel=3)
+    warnings.warn(f"scoring='prefix_shared' falls back to 'packed' for {type(model).__name__}: {reason}", stacklevel=3)
     return "packed"
 
 

@@ -7,9 +7,10 @@ import contextlib
 import math
 import os
 import re
+import time
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from seeupo.validation.errors import InputError
 
@@ -112,6 +113,33 @@ def writable_dir(path: str | Path, flag: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise InputError(None, f"argument {flag}: the folder {path} is not writable")
     return path
+
+
+def move_earlier_outputs_aside(out: Path, outputs: tuple[str, ...], overwrite: bool, command: str,
+                               say: Callable[[str], None]) -> list[str]:
+    """Keep what an earlier run wrote in ``out``: returns the files moved (``previous-*/NAME``).
+
+    A run never overwrites an earlier one's files (``outputs``, the names ``command`` writes).
+    Where one exists the command is refused (one line naming ``--overwrite``) unless
+    ``overwrite``; then they are moved into ``out/previous-<UTC time>/``, said before it happens,
+    and nothing is deleted. Other files in ``out`` stay.
+    """
+    present = [name for name in outputs if (out / name).exists()]
+    if not present:
+        return []
+    if not overwrite:
+        raise InputError(None, f"argument --out: {out} holds an earlier {command}'s {present[0]}; choose another "
+                               "folder or pass --overwrite (which moves its files into previous-<time>/, deleting nothing)")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder, k = out / f"previous-{stamp}", 1
+    while folder.exists():
+        folder, k = out / f"previous-{stamp}-{k}", k + 1
+    moved = [f"{folder.name}/{name}" for name in present]
+    say(f"--overwrite: moving the earlier {command}'s files aside, nothing deleted: {', '.join(moved)}")
+    folder.mkdir()
+    for name in present:
+        (out / name).rename(folder / name)
+    return moved
 
 
 @contextlib.contextmanager

@@ -211,6 +211,24 @@ def test_verify_tiny_run_writes_report(tmp_path, seeupo):
     assert "[1/" in out.stderr  # progress
     families = {c["setting"] for c in report["cells"]} - {"ST", "MT"}
     assert families == {"stop", "intermediate", "tool", "tokens"}  # the agentic families, by default
+    first = (tmp_path / "verify.json").read_text()
+    again = seeupo("verify", "--quick", "--instances", "1", "--iterations", "1", "--workers", "1", "--out", str(tmp_path))
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and "--overwrite" in again.stderr
+    assert (tmp_path / "verify.json").read_text() == first  # refused before any work: the earlier report stands
+    again = seeupo("verify", "--quick", "--instances", "1", "--iterations", "1", "--workers", "1", "--out", str(tmp_path),
+                   "--overwrite", "--families", "none")
+    assert again.returncode == 0, again.stderr
+    (previous,) = tmp_path.glob("previous-*")
+    assert (previous / "verify.json").read_text() == first and "nothing deleted" in again.stderr
+    assert len(json.loads((tmp_path / "verify.json").read_text())["cells"]) < len(report["cells"])
+
+
+def test_claims_keep_an_earlier_report(tmp_path, seeupo):
+    (tmp_path / "claims.md").write_text("an earlier run\n")
+    out = seeupo("claims", "--out", str(tmp_path), "--no-progress")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "holds an earlier claims run's claims.md" in out.stderr and "--overwrite" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.md"]
 
 
 def test_verify_families_option(tmp_path, seeupo):

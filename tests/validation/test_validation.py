@@ -100,3 +100,26 @@ def test_a_field_of_several_types_takes_any_and_names_them_all_when_none_fits():
     assert dataclass_from_dict(Switch, {"on": "auto"}, "cfg").on == "auto"
     with pytest.raises(InputError, match=r"field 'cfg.on': must be true or false or 'auto', got 'maybe'$"):
         dataclass_from_dict(Switch, {"on": "maybe"}, "cfg")
+
+
+def test_move_earlier_outputs_aside_refuses_then_moves_and_deletes_nothing(tmp_path):
+    from seeupo.validation.arguments import move_earlier_outputs_aside
+    from seeupo.validation.errors import InputError
+
+    said: list[str] = []
+    assert move_earlier_outputs_aside(tmp_path, ("a.json", "b"), False, "run", said.append) == []  # nothing earlier
+    (tmp_path / "a.json").write_text("1")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("2")
+    (tmp_path / "other.txt").write_text("3")
+    with pytest.raises(InputError, match="holds an earlier run's a.json; .*--overwrite"):
+        move_earlier_outputs_aside(tmp_path, ("a.json", "b"), False, "run", said.append)
+    assert (tmp_path / "a.json").read_text() == "1" and not said
+    first = move_earlier_outputs_aside(tmp_path, ("a.json", "b"), True, "run", said.append)
+    (tmp_path / "a.json").write_text("4")
+    second = move_earlier_outputs_aside(tmp_path, ("a.json", "b"), True, "run", said.append)
+    assert [m.split("/")[1] for m in first] == ["a.json", "b"] and [m.split("/")[1] for m in second] == ["a.json"]
+    assert first[0].split("/")[0] != second[0].split("/")[0]  # two runs in one second: two folders
+    assert (tmp_path / first[0]).read_text() == "1" and (tmp_path / first[1] / "x").read_text() == "2"
+    assert (tmp_path / second[0]).read_text() == "4" and (tmp_path / "other.txt").read_text() == "3"
+    assert len(said) == 2 and all("nothing deleted" in line for line in said)

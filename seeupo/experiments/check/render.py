@@ -8,7 +8,6 @@ the same folder (:func:`prepare_output`), and the report lists them.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,9 +27,11 @@ def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = prin
     """Make ``out`` ready for a check; returns what an earlier check left there, as moved (``previous-*/NAME``).
 
     A folder that holds anything is refused unless ``overwrite``; then the earlier check's files
-    (:data:`OUTPUTS`) are moved into ``out/previous-<UTC time>/``, said before it happens, and
-    nothing is deleted (a counterexample may have cost minutes of search). Other files stay.
+    (:data:`OUTPUTS`) are moved into ``out/previous-<UTC time>/``
+    (:func:`~seeupo.validation.arguments.move_earlier_outputs_aside`): nothing is deleted (a
+    counterexample may have cost minutes of search). Other files stay.
     """
+    from seeupo.validation.arguments import move_earlier_outputs_aside
     from seeupo.validation.errors import InputError
 
     if not out.exists() or not any(out.iterdir()):
@@ -38,19 +39,7 @@ def prepare_output(out: Path, overwrite: bool, say: Callable[[str], None] = prin
     if not overwrite:
         raise InputError(None, f"argument --out: {out} is not empty; choose another folder or pass --overwrite "
                                "(which moves the earlier check's files into previous-<time>/, deleting nothing)")
-    present = [name for name in OUTPUTS if (out / name).exists()]
-    if not present:
-        return []
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    folder, k = out / f"previous-{stamp}", 1
-    while folder.exists():
-        folder, k = out / f"previous-{stamp}-{k}", k + 1
-    moved = [f"{folder.name}/{name}" for name in present]
-    say(f"--overwrite: moving the earlier check's files aside, nothing deleted: {', '.join(moved)}")
-    folder.mkdir()
-    for name in present:
-        (out / name).rename(folder / name)
-    return moved
+    return move_earlier_outputs_aside(out, OUTPUTS, True, "check", say)
 
 
 def write(report: CheckReport | CompareReport, out: Path) -> None:
