@@ -1,0 +1,121 @@
+"""GiGPO as a plugin: GRPO's episode advantage plus a step advantage within "anchor state" groups.
+
+Feng, Xue, Liu, An (2025), "Group-in-Group Policy Optimization for LLM Agent Training",
+arXiv:2505.10978.
+
+GiGPO (critic-free, for multi-turn agents) gives step ``t`` of trajectory ``i`` of a group of ``G``
+rollouts of one task two advantages and adds them::
+
+    A^E_i     = (R_i - mean_j R_j) / std_j R_j                  episode level: GRPO over the group
+    A^S_{i,t} = (G_{i,t} - mean_S G) / std_S G                  step level, over the step group S
+    A_{i,t}   = A^E_i + OMEGA * A^S_{i,t}                        OMEGA = 1 (the paper's default)
+
+where ``G_{i,t} = sum_{k >= t} GAMMA^(k-t) r_{i,k}`` is the discounted return-to-go and the step
+group ``S`` of ``(i, t)`` holds every step of the group's trajectories, at any turn, whose
+environment state is identical to that of ``(i, t)`` (an "anchor state").
+
+Implemented, on the tabular engine's batches:
+
+* episode level: the built-in GRPO advantage of ``batch.traj_return`` (unbiased std plus ``EPS``,
+  as :mod:`mt_grpo` uses);
+* anchor key: ``(group_id, turn, batch.data["hist"])``. In a tree MDP the history index of a turn
+  (the initial state, then every action and observation so far) is the agent's whole view and the
+  environment's whole state, so two steps are at "the same state" exactly when they share it; the
+  turn is part of the key because history indices are numbered within their turn (and a history
+  of turn ``t`` is never that of another turn). The paper groups identical observations (the
+  text an LLM agent sees, which holds the state); a tree MDP's per-turn observation ``o_t`` is
+  only the last piece of its history, and two histories ending in the same ``o_t`` are different
+  states to the tabular policy, which conditions on the whole history. At turn 0 every
+  member of a group shares its initial state, so the first step group is the whole group;
+* step level: ``G_{i,t}`` from the rows' per-turn rewards ``batch.reward`` with ``GAMMA`` (below),
+  standardised within its step group among valid rows (unbiased std plus ``EPS``, as the episode
+  level); a step group of one member gets 0 (nothing to compare it with). The ``grae_*`` and
+  ``gae_gamma`` fields of the config are not read.
+
+Simplified, and why:
+
+* ``OMEGA`` and ``GAMMA`` are module constants (the paper's ``omega = 1``; ``GAMMA`` below), not config fields: the
+  config has no fields for them and a plugin cannot add any;
+* the std normalisation is always on (the paper also reports a variant without it, ``F_norm = 1``);
+* the episode return is ``batch.traj_return`` (discounted by the problem's own ``gamma``, 1 on the
+  stock problems), the step returns use ``GAMMA``: the two levels are computed as the paper writes
+  them, from the quantities the batch carries.
+
+Language models: a language-model batch carries no ``hist`` (the trainer does not detect repeated
+states), so the estimator is registered with ``lm=False`` (``seeupo train``, the verl export and
+the bridge part of ``seeupo check`` refuse it in one line: use ``--no-bridge``) and raises a ``ValueError`` naming the missing ``batch.data["hist"]`` if it
+is called on such a batch anyway.
+
+Exact mode: refused (``exact=False``). The generic exact mode represents each group-mate by one path
+of its *outcome class* (its per-turn rewards and ends), which is all a symmetric group estimator may
+read; GiGPO's step groups read the group-mates' histories, i.e. their actions and observations,
+which two paths of the same class need not share. The exact batch would put a group-mate in or out
+of a step group according to an arbitrary representative, and its expectation would not be that of
+the sampled advantage (tests/examples/test_algorithms.py shows the mismatch). The contract check
+(:func:`seeupo.core.contract.exact_mode_refusal`) would not catch this: its random batches give
+every trajectory its own history. The sampled mode runs it.
+
+Use: the plugin registers the preset ``gigpo``, ``preset("grpo", name="gigpo", advantage="gigpo")``::
+
+    seeupo check gigpo --plugin examples/algorithms/gigpo.py --quick --no-bridge
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from seeupo.core.advantages import broadcast_to_tokens, grae
+from seeupo.core.batch import segment_sum
+from seeupo.core.config import preset, register_preset
+from seeupo.core.registry import register_adv_est
+
+OMEGA = 1.0
+"""The weight of the step advantage (the paper's default)."""
+
+GAMMA = 0.95
+"""The discount of the step-level return-to-go: the paper writes ``gamma`` in ``(0, 1]``; 0.95 is, to our
+knowledge, the value of the authors' released training scripts (verl-agent's ``algorithm.gamma``; not re-checked
+here). ``cfg.gae_gamma`` (GAE's, default 1) is not used: it belongs to another estimator."""
+
+EPS = 1e-6
+"""Added to the group std, as the built-in GRPO does."""
+
+
+def discounted_returns_to_go(batch: Any, gamma: float) -> torch.Tensor:
+    """Per row: ``sum_{k >= t} gamma^(k - t) r_k`` over its trajectory's valid rows from its turn on."""
+    num_turns = int(batch.turn.max().item()) + 1
+    reward = torch.zeros(batch.num_trajectories, num_turns, dtype=batch.reward.dtype, device=batch.reward.device)
+    reward[batch.traj_id, batch.turn] = batch.reward * batch.valid
+    to_go = torch.zeros_like(reward)
+    running = torch.zeros_like(reward[:, 0])
+    for t in reversed(range(num_turns)):
+        running = reward[:, t] + gamma * running
+        to_go[:, t] = running
+    return to_go[batch.traj_id, batch.turn]
+
+
+@register_adv_est("gigpo", needs_group_stats=True, exact=False, lm=False)
+def gigpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """GiGPO: GRPO's episode advantage plus OMEGA x the discounted return-to-go standardised in its step group."""
+    if "hist" not in batch.data:
+        raise ValueError("gigpo groups steps by their state, batch.data['hist'], which this batch lacks "
+                         "(the tabular engine provides it; a language-model batch does not)")
+    episode = grae(batch, group_size=cfg.group_size, center="mean", scale="group_std", eps=EPS)  # A^E, [n, L]
+
+    # step groups: valid rows with the same (group, turn, history)
+    key = torch.stack([batch.group_id, batch.turn, batch.data["hist"]], dim=1)
+    _, cell = torch.unique(key, dim=0, return_inverse=True)
+    n_cells = int(cell.max().item()) + 1
+    to_go = discounted_returns_to_go(batch, GAMMA)
+    alive = batch.valid.to(to_go.dtype)
+    count = segment_sum(alive, cell, n_cells)
+    mean = segment_sum(to_go * alive, cell, n_cells) / count.clamp_min(1)
+    centred = (to_go - mean[cell]) * alive
+    std = (segment_sum(centred**2, cell, n_cells) / (count - 1).clamp_min(1)).sqrt()
+    step = torch.where(count[cell] >= 2, centred / (std[cell] + EPS), torch.zeros_like(centred))
+    return episode + OMEGA * broadcast_to_tokens(step, batch)
+
+
+PRESET = register_preset(preset("grpo", name="gigpo", advantage="gigpo"))
