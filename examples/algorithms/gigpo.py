@@ -46,14 +46,14 @@ states), so the estimator is registered with ``lm=False`` (``seeupo train``, the
 the bridge part of ``seeupo check`` refuse it in one line: use ``--no-bridge``) and raises a ``ValueError`` naming the missing ``batch.data["hist"]`` if it
 is called on such a batch anyway.
 
-Exact mode: refused (``exact=False``). The generic exact mode represents each group-mate by one path
-of its *outcome class* (its per-turn rewards and ends), which is all a symmetric group estimator may
-read; GiGPO's step groups read the group-mates' histories, i.e. their actions and observations,
-which two paths of the same class need not share. The exact batch would put a group-mate in or out
-of a step group according to an arbitrary representative, and its expectation would not be that of
-the sampled advantage (tests/examples/test_algorithms.py shows the mismatch). The contract check
-(:func:`seeupo.core.contract.exact_mode_refusal`) would not catch this: its random batches give
-every trajectory its own history. The sampled mode runs it.
+Exact mode: the estimator declares ``reads_histories=True``. GiGPO's step groups read the
+group-mates' histories, i.e. the states they passed through, so the generic exact mode must tell
+group-mates apart by their whole path (histories, rewards, ends), not only by their rewards and
+ends (:func:`seeupo.tabular.rollout.exact_group_batch`): more classes, more rows, and the exact
+batch is the expectation of the sampled advantage (tests/examples/test_algorithms.py compares the
+two). The contract check (:func:`seeupo.core.contract.exact_mode_refusal`) changes the group-mates'
+actions and log-probabilities but keeps their histories for such an estimator; an estimator that
+reads histories without declaring it is refused for exact mode.
 
 Use: the plugin registers the preset ``gigpo``, ``preset("grpo", name="gigpo", advantage="gigpo")``::
 
@@ -96,7 +96,7 @@ def discounted_returns_to_go(batch: Any, gamma: float) -> torch.Tensor:
     return to_go[batch.traj_id, batch.turn]
 
 
-@register_adv_est("gigpo", needs_group_stats=True, exact=False, lm=False)
+@register_adv_est("gigpo", needs_group_stats=True, reads_histories=True, lm=False)
 def gigpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
     """GiGPO: GRPO's episode advantage plus OMEGA x the discounted return-to-go standardised in its step group."""
     if "hist" not in batch.data:

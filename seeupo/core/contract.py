@@ -30,7 +30,7 @@ TOL = 1e-12
 DECLARED = "registered with exact=False"
 NOT_DETERMINISTIC = "not deterministic"
 NOT_SYMMETRIC = "not symmetric in its group"
-READS_MATES = "reads its group-mates' actions or log-probabilities"
+READS_MATES = "reads its group-mates' actions, histories or log-probabilities"
 WEIGHTS = "does not weight the batch as exact mode does"
 
 
@@ -71,6 +71,7 @@ class Trajectories:
 
     reward: Tensor  # [m, T]
     alive: Tensor  # [m, T] bool, a prefix of the turns
+    hist: Tensor  # [m, T] long, the history (state) of each turn: group-mates share some
     action: Tensor  # [m, T] long
     logp: Tensor  # [m, T, L]
     critic: Tensor  # [m, T, L]
@@ -81,8 +82,8 @@ class Trajectories:
 
     def take(self, idx: Tensor, group: Tensor, weight: Tensor) -> "Trajectories":
         """Trajectories ``idx`` (in that order) with new group ids and weights."""
-        return Trajectories(self.reward[idx], self.alive[idx], self.action[idx], self.logp[idx], self.critic[idx],
-                            self.oracle[idx], group, self.instance[idx], weight)
+        return Trajectories(self.reward[idx], self.alive[idx], self.hist[idx], self.action[idx], self.logp[idx],
+                            self.critic[idx], self.oracle[idx], group, self.instance[idx], weight)
 
 
 TOKENS = torch.tensor([[True, True], [True, False]])  # turn 0: two tokens; turn 1: one token and padding
@@ -99,6 +100,7 @@ def random_trajectories(group_size: int, generator: torch.Generator, *, groups: 
     return Trajectories(
         reward=torch.randint(0, 3, (m, turns), generator=generator).to(DTYPE) / 2 * alive,
         alive=alive,
+        hist=torch.randint(0, 2, (m, turns), generator=generator),  # two states per turn: step groups form
         action=torch.randint(0, 4, (m, turns), generator=generator),
         logp=-rand(m, turns, 2) * mask,
         critic=rand(m, turns, 2) * mask,
@@ -117,7 +119,7 @@ def to_batch(tr: Trajectories) -> tuple[SampleBatch, Tensor, Tensor]:
         traj_id=rep(torch.arange(m)), group_id=rep(tr.group), turn=torch.arange(turns).repeat(m),
         logp_old=tr.logp.reshape(m * turns, -1), token_mask=TOKENS.repeat(m, 1), valid=tr.alive.reshape(-1),
         reward=tr.reward.reshape(-1), traj_return=rep(tr.reward.sum(1)), weight=rep(tr.weight),
-        instance=rep(tr.instance), data={"hist": rep(torch.arange(m)), "action": tr.action.reshape(-1)},
+        instance=rep(tr.instance), data={"hist": tr.hist.reshape(-1), "action": tr.action.reshape(-1)},
     )
     return batch, tr.critic.reshape(m * turns, -1), tr.oracle.reshape(m * turns, -1)
 
@@ -148,11 +150,13 @@ def _first_failure(entry: AdvantageEstimator, cfg: Any) -> str | None:
         within = torch.argsort(tr.group.to(DTYPE) + torch.rand(m, generator=generator, dtype=DTYPE))
         if not _close(advantages(entry, cfg, tr.take(within, tr.group, tr.weight)), base[within]):
             return NOT_SYMMETRIC
-    if entry.needs_group_stats:  # 3. blind to group-mates' actions and log-probabilities
+    if entry.needs_group_stats:  # 3. blind to group-mates' actions, log-probabilities (and histories)
         position = torch.arange(m) % g  # the members at odd positions get other actions and log-probabilities
         mates = (position % 2 == 1)[:, None]
         other = random_trajectories(g, generator)
-        changed = Trajectories(tr.reward, tr.alive, torch.where(mates, other.action, tr.action),
+        # their histories too, unless the estimator declares it reads them (exact mode then classes by them)
+        hist = tr.hist if entry.reads_histories else torch.where(mates, other.hist, tr.hist)
+        changed = Trajectories(tr.reward, tr.alive, hist, torch.where(mates, other.action, tr.action),
                                torch.where(mates[:, :, None], other.logp * tr.alive[:, :, None], tr.logp),
                                tr.critic, tr.oracle, tr.group, tr.instance, tr.weight)
         own = position % 2 == 0

@@ -109,10 +109,11 @@ class AdvantageEstimator(Entry):
          their ids) permutes the advantages with them; no trajectory is special for being first
          (refusal: "not symmetric in its group"); a non-group estimator likewise may not depend on
          a trajectory's position in the batch;
-      3. blind to its group-mates' actions and log-probabilities: a group-mate stands for its
-         whole outcome class (per-turn rewards, returns, ``valid``), so changing a group-mate's
-         actions (``batch.data``) or ``logp_old`` leaves the other trajectories' advantages as they
-         were (refusal: "reads its group-mates' actions or log-probabilities");
+      3. blind to its group-mates' actions, histories and log-probabilities: a group-mate stands
+         for its whole outcome class (per-turn rewards, returns, ``valid``; with ``reads_histories``
+         also its histories ``batch.data["hist"]``), so changing a group-mate's actions, histories
+         (unless ``reads_histories``) or ``logp_old`` leaves the other trajectories' advantages as
+         they were (refusal: "reads its group-mates' actions, histories or log-probabilities");
       4. weights as exact mode does: every group member counts once in group statistics (weights
          ignored), and any batch-level statistic (a batch mean or std, a fraction of groups) is
          weighted by ``batch.weight`` (1 everywhere when sampled): a batch holding each group once
@@ -126,6 +127,10 @@ class AdvantageEstimator(Entry):
       rescored log-probabilities, except before an update of one optimizer step
       (:func:`seeupo.core.update.is_on_policy`), which scores them in its own passes: there it reads
       the rollout engine's log-probabilities of the same tokens under the same weights.
+    reads_histories: the estimator reads its group-mates' histories ``batch.data["hist"]`` (the
+      environment states they passed through; e.g. GiGPO groups the steps of a group by state):
+      exact mode then tells group-mates apart by their whole path (histories, rewards, ends), not
+      only by their rewards and ends, which makes more classes and more rows.
     group_stats_closed_form: the estimator also accepts ``group_stats = (group_sum, group_sumsq)``
       per trajectory, the sufficient statistics of an exact distribution over group-mates (GRAE's
       closed form): exact mode then enumerates those statistics instead of the group-mates'
@@ -137,6 +142,7 @@ class AdvantageEstimator(Entry):
     needs_oracle: bool = False
     needs_group_stats: bool = False
     exact: bool = True
+    reads_histories: bool = False
     group_stats_closed_form: bool = False
     tabular: bool = True
     lm: bool = True
@@ -245,8 +251,8 @@ M_FACTORS: Registry[MFactor] = Registry("M factor", "m_factor", MFactor)
 
 def register_adv_est(name: str, **options: Any) -> Callable[[F], F]:
     """Register the decorated function as the advantage estimator ``name``; ``options``: ``needs_critic``,
-    ``needs_oracle``, ``needs_group_stats``, ``exact``, ``group_stats_closed_form``, ``tabular``, ``lm``
-    (see :class:`AdvantageEstimator`)."""
+    ``needs_oracle``, ``needs_group_stats``, ``exact``, ``reads_histories``, ``group_stats_closed_form``,
+    ``tabular``, ``lm`` (see :class:`AdvantageEstimator`)."""
     return ADV_ESTIMATORS.register(name, **options)
 
 

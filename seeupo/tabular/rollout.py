@@ -296,7 +296,8 @@ def exact_group_batch(
     """Every path with every configuration of its group-mates, as real groups: the generic exact mode.
 
     For each instance and initial state ``s0``, a path's *outcome* is what a group estimator may
-    read of it: its per-turn rewards and which turns it was alive. The ``G - 1`` group-mates are
+    read of it: its per-turn rewards and which turns it was alive, and its histories for an
+    estimator that ``reads_histories``. The ``G - 1`` group-mates are
     i.i.d. paths from the same ``s0``, so the multiset of their outcome classes has the
     multinomial distribution; each multiset ``c`` (of ``C(K + G - 2, G - 1)`` for ``K`` classes) is
     represented by one path per class. Every reachable path ``p`` then forms, with every ``c``,
@@ -315,6 +316,7 @@ def exact_group_batch(
     paths = enumerate_paths(problem, probs)
     num_inst, _, num_turns = paths.hist.shape
     mates_per_group = cfg.group_size - 1
+    reads_histories = adv_estimator(cfg.advantage).reads_histories
     own_inst, own_path, own_weight, mate_path = [], [], [], []
     for i in range(num_inst):
         reachable = paths.prob[i] > 0
@@ -326,6 +328,8 @@ def exact_group_batch(
             p_s = (paths.prob[i, idx] / paths.prob[i, idx].sum()).tolist()
             for path, p in zip(idx.tolist(), p_s):
                 outcome = (tuple(round(r, 12) for r in paths.reward[i, path].tolist()), tuple(paths.alive[i, path].tolist()))
+                if reads_histories:  # the estimator tells group-mates apart by the states they passed through
+                    outcome += (tuple(paths.hist[i, path].tolist()),)
                 classes.setdefault(outcome, [path, 0.0])[1] += p
             reps = [c[0] for c in classes.values()]
             class_p = [c[1] for c in classes.values()]

@@ -66,7 +66,7 @@ def median_baseline(batch, cfg, **_):
     (median_baseline, None),
     (first_in_group_baseline, "not symmetric in its group"),
     (unweighted_batch_std, "does not weight the batch as exact mode does"),
-    (mates_actions, "reads its group-mates' actions or log-probabilities"),
+    (mates_actions, "reads its group-mates' actions, histories or log-probabilities"),
     (noisy, "not deterministic"),
 ])
 @pytest.mark.parametrize("group_size", [2, 4])

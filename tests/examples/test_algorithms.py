@@ -3,6 +3,8 @@ their numbers against hand computations, and short tabular runs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.core.config import PRESETS, preset
+from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 from seeupo.core.losses import aggregate, policy_objective, row_coefficients
 from seeupo.core.update import compute_advantages
 from seeupo.tabular.problems import random_token_bandit, random_tree_mdp
@@ -324,37 +326,22 @@ def test_gigpo_refuses_a_batch_without_states_and_is_not_for_language_models(loa
     from seeupo.core.registry import adv_estimator
 
     load("gigpo")
-    assert not adv_estimator("gigpo").lm and not adv_estimator("gigpo").exact
+    entry = adv_estimator("gigpo")
+    assert not entry.lm and entry.exact and entry.reads_histories
     batch = gigpo_batch().with_updates(data={})
     with pytest.raises(Exception, match=r"hist"):  # the boundary may wrap the ValueError; the message names the field
         compute_advantages(batch, preset("gigpo"))
 
 
-def test_gigpo_exact_mode_is_refused(load):
-    from seeupo.core.contract import ExactModeRefused, exact_mode_refusal
-
-    load("gigpo")
-    cfg = preset("gigpo")
-    assert exact_mode_refusal(cfg) == "registered with exact=False"
-    with pytest.raises(ExactModeRefused, match="exact=False"):
-        run(tree(), cfg, RunConfig(mode="exact", iterations=1, seed=0))
-    history = run(tree(), cfg, RunConfig(mode="sampled", iterations=2, tasks=4, seed=0))  # the sampled mode runs
-    assert bool(torch.isfinite(history.J).all())
-
-
-def test_gigpo_generic_exact_batch_would_not_be_the_expectation_of_sampled_ones(load):
-    """Why exact mode refuses it: group-mates stand for their outcome class, but step groups read their histories."""
+def _exact_and_sampled(cfg: AlgorithmConfig, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The generic exact batch's advantage moments, and the mean and standard error of ``n`` sampled groups' per instance."""
     from seeupo.tabular.rollout import exact_group_batch, sample_batch
     from seeupo.tabular.train import initial_policy
 
-    load("gigpo")
-    cfg = preset("gigpo", group_size=3)
     problem = tree()
     policy = initial_policy(problem, RunConfig(init_scale=1.0, seed=3))
-    batch, own = exact_group_batch(problem, policy, cfg)  # bypasses the refusal on purpose
-    adv = compute_advantages(batch, cfg)
-    exact = advantage_moments(batch.select(own), adv[own]).sum(0)
-    n = 30000
+    batch, own = exact_group_batch(problem, policy, cfg)
+    exact = advantage_moments(batch.select(own), compute_advantages(batch, cfg)[own]).sum(0)
     sampled = sample_batch(problem, policy, n, cfg.group_size, torch.Generator().manual_seed(0))
     per_group = advantage_moments(sampled, compute_advantages(sampled, cfg)) / cfg.group_size
     per_group = per_group.reshape(per_group.shape[0], problem.num_instances, -1)
@@ -362,8 +349,34 @@ def test_gigpo_generic_exact_batch_would_not_be_the_expectation_of_sampled_ones(
     draws = per_group[torch.arange(per_group.shape[0]), inst]
     mean = torch.stack([draws[inst == i].mean(0) for i in range(problem.num_instances)]).reshape(-1)
     stderr = torch.stack([draws[inst == i].std(0) / n**0.5 for i in range(problem.num_instances)]).reshape(-1)
-    z = ((exact - mean).abs() / stderr.clamp_min(1e-12)).nan_to_num(0.0)
-    assert bool(((exact - mean).abs() > 8 * stderr + 1e-9).any()), z.max()
+    return exact, mean, stderr
+
+
+def test_gigpo_exact_batch_is_the_expectation_of_sampled_ones_and_needs_its_histories(load, monkeypatch):
+    """With ``reads_histories`` exact mode tells group-mates apart by their paths: its advantage moments lie within
+    5 standard errors of 30,000 sampled groups' in every cell. Classed by outcome alone (the flag off), some cell
+    lies more than 8 standard errors away: the flag is what makes GiGPO's exact mode exact."""
+    from seeupo.core.registry import ADV_ESTIMATORS
+
+    load("gigpo")
+    cfg = preset("gigpo", group_size=3)
+    exact, mean, stderr = _exact_and_sampled(cfg, 30000)
+    assert bool(((exact - mean).abs() <= 5 * stderr + 1e-9).all()), ((exact - mean).abs() / stderr.clamp_min(1e-12)).max()
+    entry = ADV_ESTIMATORS.get("gigpo")
+    monkeypatch.setitem(ADV_ESTIMATORS._entries, "gigpo", dataclasses.replace(entry, reads_histories=False))
+    blind, _, _ = _exact_and_sampled(cfg, 1)
+    assert bool(((blind - mean).abs() > 8 * stderr + 1e-9).any())
+
+
+def test_an_estimator_reading_histories_without_saying_so_is_refused_for_exact_mode(load, monkeypatch):
+    from seeupo.core.contract import READS_MATES, _first_failure
+    from seeupo.core.registry import ADV_ESTIMATORS
+
+    load("gigpo")
+    cfg = preset("gigpo")
+    entry = ADV_ESTIMATORS.get("gigpo")
+    assert _first_failure(entry, cfg) is None
+    assert _first_failure(dataclasses.replace(entry, reads_histories=False), cfg) == READS_MATES
 
 
 def test_seeupo_check_gigpo_quick(tmp_path):
