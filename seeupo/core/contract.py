@@ -100,7 +100,6 @@ def random_trajectories(group_size: int, generator: torch.Generator, *, groups: 
     return Trajectories(
         reward=torch.randint(0, 3, (m, turns), generator=generator).to(DTYPE) / 2 * alive,
         alive=alive,
-        hist=torch.randint(0, 2, (m, turns), generator=generator),  # two states per turn: step groups form
         action=torch.randint(0, 4, (m, turns), generator=generator),
         logp=-rand(m, turns, 2) * mask,
         critic=rand(m, turns, 2) * mask,
@@ -108,6 +107,7 @@ def random_trajectories(group_size: int, generator: torch.Generator, *, groups: 
         group=torch.arange(groups).repeat_interleave(group_size),
         instance=(torch.arange(groups) % instances).repeat_interleave(group_size),
         weight=torch.ones(m, dtype=DTYPE),
+        hist=torch.randint(0, 2, (m, turns), generator=generator),  # two states per turn: step groups form; drawn last
     )
 
 

@@ -37,6 +37,13 @@ from seeupo.tabular.problems import DTYPE, TreeMDP
 
 Tensor = torch.Tensor
 
+MAX_ROWS = 2_000_000
+"""The most rows an exact batch is built with by default (``max_rows``); larger ones are refused (the sampled mode runs)."""
+
+
+class ExactBatchTooLarge(ValueError):
+    """An exact batch would need more than ``max_rows`` rows (the sampled mode still runs)."""
+
 
 def _build_batch(
     problem: TreeMDP,
@@ -186,7 +193,7 @@ def exact_advantages(
     cfg: AlgorithmConfig,
     *,
     closed_form: bool = True,
-    max_rows: int = 2_000_000,
+    max_rows: int = MAX_ROWS,
 ) -> tuple[SampleBatch, Tensor]:
     """The exact-mode batch for ``cfg`` and its per-token advantages: the expectation of a sampled update.
 
@@ -224,7 +231,7 @@ def exact_batch(
     policy: TabularPolicy,
     cfg: AlgorithmConfig,
     *,
-    max_rows: int = 2_000_000,
+    max_rows: int = MAX_ROWS,
 ) -> tuple[SampleBatch, tuple[Tensor, Tensor] | None]:
     """The exact batch for a non-group estimator, or for a group estimator's closed form, and its group statistics.
 
@@ -291,7 +298,7 @@ def exact_batch(
 
 
 def exact_group_batch(
-    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, *, max_rows: int = 2_000_000
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, *, max_rows: int = MAX_ROWS
 ) -> tuple[SampleBatch, Tensor]:
     """Every path with every configuration of its group-mates, as real groups: the generic exact mode.
 
@@ -324,15 +331,7 @@ def exact_group_batch(
             idx = (reachable & (paths.s0 == s)).nonzero().squeeze(1)
             if idx.numel() == 0:
                 continue
-            classes: dict[tuple, list[float | int]] = {}  # outcome -> [representative path, probability]
-            p_s = (paths.prob[i, idx] / paths.prob[i, idx].sum()).tolist()
-            for path, p in zip(idx.tolist(), p_s):
-                outcome = (tuple(round(r, 12) for r in paths.reward[i, path].tolist()), tuple(paths.alive[i, path].tolist()))
-                if reads_histories:  # the estimator tells group-mates apart by the states they passed through
-                    outcome += (tuple(paths.hist[i, path].tolist()),)
-                classes.setdefault(outcome, [path, 0.0])[1] += p
-            reps = [c[0] for c in classes.values()]
-            class_p = [c[1] for c in classes.values()]
+            reps, class_p = _outcome_classes(paths, i, idx, reads_histories)
             configs = list(itertools.combinations_with_replacement(range(len(reps)), mates_per_group))
             _check_rows(idx.numel() * len(configs) * cfg.group_size * num_turns, max_rows)
             config_p = torch.tensor([_multinomial_probability(c, class_p) for c in configs], dtype=DTYPE)
@@ -356,6 +355,37 @@ def exact_group_batch(
     return batch, batch.traj_id < m
 
 
+def _outcome_classes(paths: Paths, i: int, idx: Tensor, reads_histories: bool) -> tuple[list[int], list[float]]:
+    """The outcome classes of instance ``i``'s paths ``idx`` (one initial state): a representative path and the
+    probability of each, the paths' probabilities renormalised. A path's outcome is its per-turn rewards and ends,
+    and its histories where the estimator ``reads_histories`` (it tells group-mates apart by their states)."""
+    classes: dict[tuple, list[float | int]] = {}  # outcome -> [representative path, probability]
+    p_s = (paths.prob[i, idx] / paths.prob[i, idx].sum()).tolist()
+    for path, p in zip(idx.tolist(), p_s):
+        outcome = (tuple(round(r, 12) for r in paths.reward[i, path].tolist()), tuple(paths.alive[i, path].tolist()))
+        if reads_histories:
+            outcome += (tuple(paths.hist[i, path].tolist()),)
+        classes.setdefault(outcome, [path, 0.0])[1] += p
+    return [int(c[0]) for c in classes.values()], [float(c[1]) for c in classes.values()]
+
+
+def exact_group_rows(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> int:
+    """The rows :func:`exact_group_batch` would build for ``cfg`` (counted without building them): a path times
+    each multiset of its group-mates' outcome classes, ``G`` trajectories of ``T`` rows each."""
+    with torch.no_grad():
+        paths = enumerate_paths(problem, policy.action_probs())
+    num_inst, _, num_turns = paths.hist.shape
+    reads_histories = adv_estimator(cfg.advantage).reads_histories
+    rows = 0
+    for i in range(num_inst):
+        for s in range(problem.num_initial_states):
+            idx = ((paths.prob[i] > 0) & (paths.s0 == s)).nonzero().squeeze(1)
+            if idx.numel():
+                classes = len(_outcome_classes(paths, i, idx, reads_histories)[0])
+                rows += idx.numel() * math.comb(classes + cfg.group_size - 2, cfg.group_size - 1) * cfg.group_size * num_turns
+    return rows
+
+
 def _multinomial_probability(config: tuple[int, ...], class_p: list[float]) -> float:
     """Probability that ``len(config)`` i.i.d. draws give the multiset ``config`` of classes."""
     counts = [config.count(k) for k in set(config)]
@@ -370,7 +400,7 @@ def _path_returns(problem: TreeMDP, paths: Paths) -> Tensor:
 
 def _check_rows(rows: int, max_rows: int) -> None:
     if rows > max_rows:
-        raise ValueError(
+        raise ExactBatchTooLarge(
             f"the exact batch would need {rows} rows (> max_rows={max_rows}); use reward levels, a smaller group "
             "or problem, or the sampled mode"
         )

@@ -447,3 +447,23 @@ def test_generic_exact_mode_matches_monte_carlo_for_a_new_estimator(small_tree_m
         assert (exact.abs() / se.clamp_min(1e-300))[reachable].max() > 20
     finally:
         ADV_ESTIMATORS.remove("best_mate_test")
+
+
+@pytest.mark.parametrize("reads_histories", [False, True])
+def test_exact_group_rows_counts_the_rows_of_the_exact_group_batch(small_tree_mdp, reads_histories, monkeypatch):
+    """The count a check uses to refuse a batch too large is the batch's size; classing group-mates by their
+    histories makes more classes, hence more rows."""
+    import dataclasses
+
+    from seeupo.core.registry import ADV_ESTIMATORS
+    from seeupo.tabular.rollout import exact_group_batch, exact_group_rows
+
+    cfg = preset("grpo", group_size=3)
+    entry = ADV_ESTIMATORS.get(cfg.advantage)
+    monkeypatch.setitem(ADV_ESTIMATORS._entries, cfg.advantage, dataclasses.replace(entry, reads_histories=reads_histories))
+    policy = TabularPolicy(small_tree_mdp, init_scale=1.0, generator=torch.Generator().manual_seed(1))
+    rows = exact_group_rows(small_tree_mdp, policy, cfg)
+    assert rows == exact_group_batch(small_tree_mdp, policy, cfg)[0].num_rows
+    monkeypatch.setitem(ADV_ESTIMATORS._entries, cfg.advantage, dataclasses.replace(entry, reads_histories=False))
+    by_outcome = exact_group_rows(small_tree_mdp, policy, cfg)
+    assert rows > by_outcome if reads_histories else rows == by_outcome

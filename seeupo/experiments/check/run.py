@@ -195,12 +195,39 @@ def _setting(name: str, budget: CheckBudget, plugins: tuple[str, ...], seed: int
     from seeupo.experiments.verify import exact_refusal
 
     refusal = exact_refusal(PRESETS[name], budget.verify.group_size)  # registered with exact=False, or a failed contract
+    if refusal is None:
+        refusal = _too_large(name, budget)
     folders, words = committed_counterexamples(name)
     cfg = dataclasses.replace(budget.verify, algorithms=(name,), plugins=plugins, seed=seed,
                               algorithm_counterexamples=budget.verify.algorithm_counterexamples + folders)
     if refusal is not None and "sampled" not in cfg.modes:  # the only cells it can have
         cfg = dataclasses.replace(cfg, modes=("sampled",))
     return dataclasses.replace(budget, verify=cfg), refusal, words
+
+
+def _too_large(name: str, budget: CheckBudget) -> str | None:
+    """Why the exact parts of ``name``'s check would exceed the exact batch's size limit, or ``None``.
+
+    Only an estimator that ``reads_histories`` can: exact mode then classes group-mates by their whole
+    paths, whose multisets grow as ``C(paths + G - 2, G - 1)``. The gradient part's largest problems (each
+    family at its most turns, the uniform start, which reaches every path) are counted, not built."""
+    from seeupo.core.config import PRESETS
+    from seeupo.core.registry import adv_estimator
+    from seeupo.experiments.gradient_check import family_problems
+    from seeupo.tabular.policies import TabularPolicy
+    from seeupo.tabular.rollout import MAX_ROWS, exact_group_rows
+
+    config = PRESETS[name].replace(group_size=budget.gradient.group_size)
+    if not adv_estimator(config.advantage).reads_histories or not budget.gradient.families:
+        return None
+    turns = max(budget.gradient.turns)
+    for family in budget.gradient.families:
+        problem = family_problems(budget.gradient, family, turns)
+        rows = exact_group_rows(problem, TabularPolicy(problem), config)
+        if rows > MAX_ROWS:
+            return (f"exact batch too large: {rows:,} rows for a {turns}-turn {family} problem with G = {config.group_size} "
+                    f"(at most {MAX_ROWS:,}: the estimator reads its group-mates' histories, so every path is a class)")
+    return None
 
 
 def _apply_searches(verify_report: dict[str, Any], searches: list[SearchEntry], name: str) -> None:
