@@ -10,7 +10,7 @@ BIN = $(VENV)/bin
 APPWORLD_VENV ?= .venv-appworld
 APPWORLD_SPEC ?= appworld==0.1.3.post1
 
-.PHONY: verify verify-quick train-demo test test-slow test-thorough test-vllm test-verl benchmark benchmark-rollout benchmark-gpu clean appworld-env test-appworld
+.PHONY: verify verify-quick scorecard-field train-demo test test-slow test-thorough test-vllm test-verl benchmark benchmark-rollout benchmark-gpu clean appworld-env test-appworld
 
 $(BIN)/seeupo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ verify: $(BIN)/seeupo
 
 verify-quick: $(BIN)/seeupo
 	$(BIN)/seeupo verify --quick --overwrite
+
+# every catalogue algorithm's scorecard, the field's table and radar (paper_repro/scorecard; docs/scorecard.md)
+scorecard-field: $(BIN)/seeupo
+	$(BIN)/seeupo scorecard --field --out paper_repro/scorecard --overwrite
 
 # a tiny language model trained with SeeUPO on the bridge; exact J after every step (a few minutes)
 train-demo: $(BIN)/seeupo

@@ -67,6 +67,7 @@ COMMANDS: dict[str, str] = {
     "replay": "seeupo.cli.replay",
     "search": "seeupo.cli.search",
     "check": "seeupo.cli.check",
+    "scorecard": "seeupo.cli.scorecard",
     "train": "seeupo.cli.train",
     "eval": "seeupo.cli.eval",
     "figures": "seeupo.cli.figures",

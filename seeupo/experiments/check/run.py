@@ -170,8 +170,12 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             verify_report = {"config": dataclasses.asdict(budget.verify), "table1": [], "cells": [], "counterexamples": [],
                              "partial": True, "seconds": 0.0}
         _apply_searches(verify_report, searches, name)
-        mono = monotonicity(verify_report, searches) if exact else MonotonicityVerdict(None, [
+        # exact verify cells ran where only the larger problems were refused (too_large): they measure monotonicity
+        exact_cells = any(c.get("mode") == "exact" and not c.get("refused") for c in verify_report["cells"])
+        mono = monotonicity(verify_report, searches) if exact or exact_cells else MonotonicityVerdict(None, [
             refused_label(refusal) if refusal else "no exact mode: the estimator is registered with exact=False"])
+        if not exact and exact_cells:
+            mono.evidence.append(f"the verify cells only (the gradient part and the searches: {refused_label(refusal)})")
         row = algorithm_rows([name], budget.verify.exact_epochs)[0]
 
         # write
@@ -314,6 +318,14 @@ def run_bridge(name: str, budget: CheckBudget, out: Path, plugins: tuple[str, ..
     except ImportError:
         return BridgeResult(skipped="needs the language-model extra: pip install 'seeupo[llm]'")
     import torch
+
+    from seeupo.core.config import PRESETS
+    from seeupo.core.registry import adv_estimator
+
+    advantage = PRESETS[name].advantage
+    if not adv_estimator(advantage).lm:
+        return BridgeResult(skipped=f"its advantage estimator {advantage!r} has no language-model form (registered "
+                                    "with lm=False)")
 
     threads = torch.get_num_threads()
     # one thread: the tiny model's steps are too small to share, and on a busy 2-core machine two threads

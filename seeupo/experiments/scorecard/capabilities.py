@@ -1,0 +1,599 @@
+"""The scorecard's capability experiments: each a named, tagged, seeded set of exact problems and its scoring rule.
+
+A capability asks one question of an algorithm and answers it with a score in [0, 1]
+(:mod:`seeupo.experiments.scorecard.rules`). Every algorithm takes its own exact update, the one
+``seeupo verify`` gives it (its optimizer, step size and epochs), on the same problems:
+
+==========================  =============================================================  ===========================
+capability                  the problems (exact unless said; 2-token actions of 2 tokens)  the rule
+==========================  =============================================================  ===========================
+``single_turn_monotone``    1-turn token bandits, rewards on 2 / 3 / 11 levels, G = 2-5;    share of runs whose ``J``
+                            uniform and random starts; the field's counterexamples          never fell
+``multi_turn_monotone``     2-turn token bandits, the stop / intermediate / tokens          share of runs whose ``J``
+                            families (2 turns); the field's counterexamples                 never fell
+``stochastic_outcomes``     tree MDPs of 1 and 2 turns with stochastic observations, the    share of runs whose ``J``
+                            tool family; the field's counterexamples                        never fell
+``shared_parameters``       as ``multi_turn_monotone``, one parameter table for every       share of runs whose ``J``
+                            turn; the field's counterexamples                               never fell
+``multi_turn_convergence``  2-turn token bandits and the 4 agentic families: plain exact    share of problems where
+                            ascent with the expected update from uniform                    ascent reaches ``J*``
+``agentic_credit``          stop / intermediate / tool families, 2 and 3 turns, uniform     mean of the worst turn's
+                            and random starts: the expected update of each turn             cosine with grad J (>= 0)
+``reward_invariance``       1- and 2-turn token bandits, returns ``a R + b`` for            share of cases whose update
+                            (a, b) = (1, 0.5), (3, 0), (0.5, -1)                            keeps its direction
+``zero_variance_groups``    every answer earns 0 (or 1): every group has zero variance;     share of cases: a finite
+                            one rewarded answer: most groups do (1 and 2 turns)             zero / uphill update
+``lm_bridge``               a tiny language model on the 2-turn bridge, exact ``J`` after   mean over seeds of the gap
+                            each step, seeds after a format warm-up (sampled)               to ``J*`` closed
+==========================  =============================================================  ===========================
+
+"The field's counterexamples" are the committed instances where a search found some algorithm's
+exact update lowering ``J`` (``paper_repro/counterexamples``, ``paper_repro/algorithms/*/counterexamples``):
+every algorithm runs its own update on them from the recorded start. Problems whose ``J`` no policy
+changes are left out (no evidence either way). The problems are drawn from generators seeded by
+``Sizes.seed``, the capability and the part, so two cards measure the same problems. Each
+capability returns a :class:`Measured`: the score, what it covered, and the files that show its
+worst case (a counterexample that ``seeupo replay`` reruns, the gradient case, the bridge runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from seeupo.core.config import AlgorithmConfig
+from seeupo.experiments.scorecard import rules
+from seeupo.experiments.scorecard.rules import Score
+from seeupo.tabular.families import AGENTIC_FAMILIES
+from seeupo.tabular.problems import DTYPE, TreeMDP, random_family, random_token_bandit, random_tree_mdp, sequential_bandit
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many problems each capability measures (the same sets for every algorithm).
+
+    instances: random problems per part of an experiment (each capability has several parts).
+    iterations: exact updates per monotonicity run.
+    exact_epochs: optimizer steps per update of a surrogate in exact mode (``seeupo verify``'s).
+    group_size: ``G`` of a group estimator, where a part does not set its own.
+    starts: random start policies beside the uniform one (credit, invariance).
+    ascent_steps, ascent_lr: plain exact ascent (convergence).
+    bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
+    seed: seeds every problem and start policy.
+    """
+
+    instances: int = 6
+    iterations: int = 8
+    exact_epochs: int = 40
+    group_size: int = 4
+    starts: int = 2
+    ascent_steps: int = 300
+    ascent_lr: float = 10.0
+    bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    bridge_steps: int = 5
+    seed: int = 0
+
+
+QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, ascent_steps=150, bridge_seeds=(0, 1, 2), bridge_steps=3)
+
+
+@dataclass
+class Measured:
+    """One capability's result for one algorithm.
+
+    score: the rule's :class:`~seeupo.experiments.scorecard.rules.Score`; covered: the problems in
+    words; worst: the worst case in words (``None`` where every case passed); evidence: files
+    (relative to the card's folder) that show it; seconds.
+    """
+
+    score: Score
+    covered: str
+    worst: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.score.to_dict(), "covered": self.covered, "worst": self.worst,
+                "evidence": self.evidence, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a capability is measured with: the algorithm (its row of ``seeupo verify``: the
+    configuration and the exact mode's optimizer and step), the sizes, where evidence goes, and the
+    plugins that registered it (recorded in evidence files)."""
+
+    name: str
+    config: AlgorithmConfig
+    optimizer: str
+    lr: float
+    iterations_factor: int
+    sizes: Sizes
+    out: Path | None
+    plugins: tuple[str, ...] = ()
+    say: Callable[[str], None] = lambda message: None
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A capability experiment: its name, title (and ``short``, a table's column), tags, the question in words,
+    the rule, whether it is exact, and the measurement."""
+
+    name: str
+    title: str
+    short: str
+    tags: tuple[str, ...]
+    question: str
+    rule: str
+    exact: bool
+    measure: Callable[[Context], Measured]
+
+
+# ------------------------------------------------------------------------------------------ problems
+
+
+def _generator(sizes: Sizes, capability: str, part: int) -> torch.Generator:
+    return torch.Generator().manual_seed(sizes.seed * 100_003 + NAMES.index(capability) * 1009 + part)
+
+
+def _constant_bandit(num_instances: int, turns: int, value: float) -> TreeMDP:
+    """Token bandits (2 tokens of 2) whose every answer earns ``value``: every group has zero variance."""
+    rewards = torch.full((num_instances, 1, *(4,) * turns), value, dtype=DTYPE)
+    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards, tokens=((2, 2),) * turns)
+
+
+def _needle_bandit(num_instances: int, turns: int, generator: torch.Generator) -> TreeMDP:
+    """Token bandits where one answer sequence (drawn) earns 1 and every other 0: at the uniform policy
+    a group of 4 has zero variance with probability ``(1 - 4**-turns)**4`` (0.32 for one turn, 0.77 for two)."""
+    rewards = torch.zeros(num_instances, 4 ** turns, dtype=DTYPE)
+    rewards[torch.arange(num_instances), torch.randint(4 ** turns, (num_instances,), generator=generator)] = 1.0
+    shape = (num_instances, 1, *(4,) * turns)
+    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards.reshape(shape),
+                             tokens=((2, 2),) * turns)
+
+
+def _shifted(problem: TreeMDP, scale: float, shift: float) -> TreeMDP:
+    """``problem`` with every return ``scale * R + shift`` (a sequential bandit: one reward, at the end)."""
+    rewards = [r.clone() for r in problem.rewards]
+    rewards[-1] = scale * rewards[-1] + shift
+    return dataclasses.replace(problem, rewards=rewards)
+
+
+def constant_J(problem: TreeMDP) -> torch.Tensor:
+    """``[I]`` bool: the instances whose ``J`` is the same under every policy (``J*`` equals the least ``J``).
+    No update can raise or lower their ``J``, so they are no evidence of either and the capabilities
+    leave them out (a random problem with rewards on 2 levels is such with probability 1/8)."""
+    from seeupo.tabular.exact import optimal
+
+    lowest = -optimal(dataclasses.replace(problem, rewards=[-r for r in problem.rewards])).J
+    return (optimal(problem).J - lowest).abs() <= 1e-12
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+@dataclass(frozen=True)
+class Part:
+    """Runs of the algorithm's own exact update: every instance of ``problem``, from the policy of
+    ``run_cfg`` (uniform, or random logits of scale ``init_scale``) or, for a replayed counterexample,
+    from ``state``; ``group_size`` (``None``: :attr:`Sizes.group_size`)."""
+
+    words: str
+    problem: TreeMDP
+    parameterization: str = "independent"
+    init_scale: float = 0.0
+    group_size: int | None = None
+    state: dict[str, torch.Tensor] | None = None
+    iterations: int | None = None
+    feature_dim: int = 4
+
+
+def _random_parts(words: str, problem: TreeMDP, parameterization: str = "independent",
+                  group_size: int | None = None) -> list[Part]:
+    """``problem`` from the uniform policy and from random logits of scale 1 (a start a search would try)."""
+    return [Part(f"{words}, uniform start", problem, parameterization, 0.0, group_size),
+            Part(f"{words}, random start", problem, parameterization, 1.0, group_size)]
+
+
+#: Where the field's counterexamples are committed (relative to the working directory or the repository).
+FIELD_COUNTEREXAMPLES = ("paper_repro/counterexamples", "paper_repro/algorithms")
+
+
+def field_counterexamples() -> list[tuple[str, Any]]:
+    """Every committed counterexample of the field, ``(file, Counterexample)``, sorted by path: the
+    instances a search found where some algorithm's exact update lowered ``J``. The scorecard runs
+    every algorithm on them (its own update, from the recorded start): hard cases, the same for all."""
+    from seeupo.experiments.counterexamples import Counterexample
+    from seeupo.experiments.verdicts import resolve_dir
+
+    found = []
+    for folder in FIELD_COUNTEREXAMPLES:
+        base = resolve_dir(folder)
+        if base.is_dir():
+            found += [f for f in base.rglob("*.json") if "counterexamples" in f.parts and "previous-" not in str(f)]
+    out = []
+    for path in sorted(found):
+        shown = str(path)[str(path).rindex("paper_repro"):]  # the same words wherever the command runs
+        try:
+            out.append((shown, Counterexample.load(path)))
+        except Exception:  # a file of another format in the folder is not a counterexample of the field
+            continue
+    return out
+
+
+def _counterexample_setting(example: Any) -> str:
+    """Which monotonicity capability a counterexample belongs to."""
+    if example.run.parameterization == "shared":
+        return "shared_parameters"
+    if any(o > 1 for o in example.problem.obs_per_turn):
+        return "stochastic_outcomes"
+    return "single_turn_monotone" if example.problem.num_turns == 1 else "multi_turn_monotone"
+
+
+def _field_parts(capability: str) -> list[Part]:
+    return [Part(f"the field's counterexample {path}", ex.problem, ex.run.parameterization, ex.run.init_scale,
+                 ex.algorithm.group_size, ex.policy_state, ex.iterations, ex.run.feature_dim)
+            for path, ex in field_counterexamples() if _counterexample_setting(ex) == capability]
+
+
+def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured:
+    """The algorithm's own exact update, ``iterations`` times, on every instance of every part; each
+    run's largest single-update decrease of ``J`` goes to
+    :func:`~seeupo.experiments.scorecard.rules.share_without_decrease`. The worst run is saved as a
+    counterexample that ``seeupo replay`` reruns."""
+    from seeupo.experiments.counterexamples import Counterexample
+    from seeupo.plugins import loaded_plugins
+    from seeupo.tabular.train import AlgorithmStep, RunConfig, initial_policy, track
+
+    start = time.perf_counter()
+    decreases: list[float] = []
+    worst: tuple[float, Counterexample] | None = None
+    left_out = 0
+    for part in parts:
+        algorithm = ctx.config.replace(group_size=part.group_size or ctx.sizes.group_size)
+        iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
+        run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
+                            parameterization=part.parameterization, init_scale=part.init_scale,  # type: ignore[arg-type]
+                            feature_dim=part.feature_dim, seed=ctx.sizes.seed)
+        policy = initial_policy(part.problem, run_cfg)
+        if part.state is not None:
+            policy.load_state_dict(part.state)
+        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        history = track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, iterations)
+        drops = (history.J[:-1] - history.J[1:]).amax(0)
+        finite = torch.isfinite(history.J).all(0)
+        flat = constant_J(part.problem)
+        lowered = 0
+        for i in range(part.problem.num_instances):
+            if bool(flat[i]):
+                left_out += 1
+                continue
+            d = float(drops[i]) if bool(finite[i]) else math.nan
+            decreases.append(d)
+            lowered += not d <= rules.DECREASE_TOL
+            bad = math.inf if math.isnan(d) else d
+            if bad > rules.DECREASE_TOL and (worst is None or bad > worst[0]):
+                one = {k: (v if k.startswith("features_") else v[i: i + 1]) for k, v in state.items()}  # per instance
+                worst = (bad, Counterexample(
+                    f"scorecard {capability}", f"{ctx.name}: {part.words}, instance {i}", part.problem.instance(i), one,
+                    algorithm, run_cfg, iterations, history.J[:, i].tolist(), float(history.J_star[i]),
+                    {"capability": capability}, tuple(p.spec for p in loaded_plugins())))
+        ctx.say(f"  {capability}: {part.words}: {lowered} of {part.problem.num_instances - int(flat.sum())} runs lowered J")
+    covered = (f"{len(decreases)} runs: " + "; ".join(dict.fromkeys(p.words.split(", uniform")[0].split(", random")[0]
+                                                                      for p in parts if p.state is None))
+               + f" ({ctx.sizes.instances} each, uniform and random starts, {ctx.sizes.iterations * ctx.iterations_factor}"
+               + " exact updates)")
+    field_runs = sum(1 for p in parts if p.state is not None)
+    covered += f"; the field's {field_runs} committed counterexamples of this setting" if field_runs else ""
+    covered += f"; {left_out} instances whose J no policy changes left out" if left_out else ""
+    measured = Measured(rules.share_without_decrease(decreases), covered)
+    if worst is not None:
+        bad, example = worst
+        measured.worst = (f"{example.description.split(': ', 1)[1]}: " + (
+            f"J fell by {example.largest_decrease:.3g} ({_trajectory(example.J)})" if math.isfinite(bad)
+            else "J stopped being finite"))
+        if ctx.out is not None:
+            path = Path("counterexamples") / f"{ctx.name}_{capability}.json"
+            example.save(ctx.out / path)
+            measured.evidence.append(str(path))
+    measured.seconds = time.perf_counter() - start
+    return measured
+
+
+def _trajectory(J: list[float]) -> str:
+    k = max(range(len(J) - 1), key=lambda i: J[i] - J[i + 1])
+    return f"update {k + 1}: {J[k]:.6f} -> {J[k + 1]:.6f}"
+
+
+def _start_policies(problem: TreeMDP, sizes: Sizes, generator: torch.Generator) -> list[list[torch.Tensor]]:
+    from seeupo.tabular.policies import TabularPolicy
+
+    out = [TabularPolicy(problem).action_probs()]
+    for _ in range(sizes.starts):
+        out.append(TabularPolicy(problem, init_scale=1.0, generator=generator).action_probs())
+    return [[p.detach() for p in probs] for probs in out]
+
+
+def _policy(problem: TreeMDP, probs: list[torch.Tensor]) -> Any:
+    from seeupo.tabular.policies import TabularPolicy
+
+    policy = TabularPolicy(problem)
+    policy.set_action_probs(probs)
+    return policy
+
+
+def single_turn_monotone(ctx: Context) -> Measured:
+    s, parts = ctx.sizes, []
+    for k, (levels, g) in enumerate([(2, 2), (3, 3), (11, 4), (2, 5)]):
+        problem = random_token_bandit(s.instances, 1, 2, 2, reward_levels=levels, generator=_generator(s, "single_turn_monotone", k))
+        parts += _random_parts(f"1-turn token bandits, rewards on {levels} levels, G = {g}", problem, group_size=g)
+    return _monotone_runs(ctx, parts + _field_parts("single_turn_monotone"), "single_turn_monotone")
+
+
+def multi_turn_monotone(ctx: Context) -> Measured:
+    s = ctx.sizes
+    bandit = random_token_bandit(s.instances, 2, 2, 2, reward_levels=3, generator=_generator(s, "multi_turn_monotone", 0))
+    parts = _random_parts("2-turn token bandits", bandit)
+    for k, family in enumerate(("stop", "intermediate", "tokens"), start=1):
+        problem = random_family(family, s.instances, 2, reward_levels=3, generator=_generator(s, "multi_turn_monotone", k))
+        parts += _random_parts(f"{family} family, 2 turns", problem)
+    return _monotone_runs(ctx, parts + _field_parts("multi_turn_monotone"), "multi_turn_monotone")
+
+
+def stochastic_outcomes(ctx: Context) -> Measured:
+    s, parts = ctx.sizes, []
+    for k, (actions, obs, g) in enumerate([((4,), (3,), 2), ((4,), (3,), 4), ((2, 2), (2, 2), 3)]):
+        problem = random_tree_mdp(s.instances, actions, obs, reward_levels=3, generator=_generator(s, "stochastic_outcomes", k))
+        turns = f"{len(actions)} turn{'s' if len(actions) > 1 else ''}"
+        parts += _random_parts(f"tree MDPs of {turns} with stochastic observations, G = {g}", problem, group_size=g)
+    tool = random_family("tool", s.instances, 2, reward_levels=3, generator=_generator(s, "stochastic_outcomes", 9))
+    parts += _random_parts("tool family, 2 turns", tool)
+    return _monotone_runs(ctx, parts + _field_parts("stochastic_outcomes"), "stochastic_outcomes")
+
+
+def shared_parameters(ctx: Context) -> Measured:
+    s = ctx.sizes
+    bandit = random_token_bandit(s.instances, 2, 2, 2, reward_levels=3, generator=_generator(s, "shared_parameters", 0))
+    parts = _random_parts("2-turn token bandits", bandit, "shared")
+    for k, family in enumerate(("stop", "intermediate", "tokens"), start=1):
+        problem = random_family(family, s.instances, 2, reward_levels=3, generator=_generator(s, "shared_parameters", k))
+        parts += _random_parts(f"{family} family, 2 turns", problem, "shared")
+    return _monotone_runs(ctx, parts + _field_parts("shared_parameters"), "shared_parameters")
+
+
+def multi_turn_convergence(ctx: Context) -> Measured:
+    from seeupo.tabular.gradient import plain_ascent
+
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    parts = [("2-turn token bandits", random_token_bandit(s.instances, 2, 2, 2, reward_levels=3,
+                                                           generator=_generator(s, "multi_turn_convergence", 0)))]
+    for k, family in enumerate(AGENTIC_FAMILIES, start=1):
+        parts.append((f"{family} family, 2 turns", random_family(family, s.instances, 2, reward_levels=3,
+                                                                  generator=_generator(s, "multi_turn_convergence", k))))
+    fixed_points: list[str] = []
+    worst: tuple[float, str] | None = None
+    left_out = 0
+    for words, problem in parts:
+        ascent = plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=s.ascent_steps)
+        flat = constant_J(problem)
+        left_out += int(flat.sum())
+        fixed_points += [v for v, f in zip(ascent.verdict, flat) if not f]
+        for i, verdict in enumerate(ascent.verdict):
+            if bool(flat[i]):
+                continue
+            gap = float(ascent.J_star[i] - ascent.J[-1, i])
+            if verdict != "reaches J*" and (worst is None or gap > worst[0]):
+                worst = (gap, f"{words}, instance {i}: {verdict} (J {float(ascent.J[0, i]):.4f} -> "
+                              f"{float(ascent.J[-1, i]):.4f}, J* {float(ascent.J_star[i]):.4f})")
+        ctx.say(f"  multi_turn_convergence: {words}: {ascent.verdict.count('reaches J*')} of {problem.num_instances} reach J*")
+    covered = ("; ".join(f"{w} ({p.num_instances})" for w, p in parts)
+               + f"; plain exact ascent from uniform, {s.ascent_steps} steps of {s.ascent_lr:g}, G = {s.group_size}"
+               + (f"; {left_out} problems whose J no policy changes left out" if left_out else ""))
+    return Measured(rules.share_reaching(fixed_points), covered, worst[1] if worst else None,
+                    seconds=time.perf_counter() - start)
+
+
+def agentic_credit(ctx: Context) -> Measured:
+    from seeupo.experiments.gradient_check import save_case
+    from seeupo.tabular.gradient import gradient_directions
+
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    cases: list[tuple[list[float], list[float]]] = []
+    worst: tuple[float, str, TreeMDP, list[torch.Tensor], dict[str, Any]] | None = None
+    parts = []
+    for k, (family, turns) in enumerate([(f, t) for f in ("stop", "intermediate", "tool") for t in (2, 3)]):
+        problem = random_family(family, s.instances, turns, reward_levels=3, generator=_generator(s, "agentic_credit", k))
+        parts.append((f"{family} family, {turns} turns", problem))
+        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "agentic_credit", 50 + k))):
+            for i in range(problem.num_instances):  # one at a time: a history reader's exact batch grows with them
+                one, start_i = problem.instance(i), [p[i: i + 1] for p in probs]
+                (d,) = gradient_directions(one, _policy(one, start_i), algorithm)
+                cases.append((d.turn_cosines, d.turn_scales))
+                credit = rules.worst_turn_cosine(d.turn_cosines, d.turn_scales)
+                if credit is not None and (worst is None or credit < worst[0]):
+                    where = f"{family} family, {turns} turns, instance {i}, {'uniform' if j == 0 else f'random start {j}'}"
+                    worst = (credit, where, one, start_i,
+                             {"verdict": d.verdict, "cosine": d.cosine, "turn_cosines": d.turn_cosines,
+                              "turn_scales": d.turn_scales, "downhill_turn": d.downhill_turn})
+    score = rules.mean_worst_turn_cosine(cases)
+    covered = ("; ".join(f"{w} ({p.num_instances})" for w, p in parts)
+               + f"; {1 + s.starts} start policies each (uniform and random), G = {s.group_size}")
+    measured = Measured(score, covered, seconds=0.0)
+    if worst is not None and worst[0] < 1 - rules.INVARIANCE_TOL:
+        credit, where, problem, probs, direction = worst
+        turns = ", ".join("-" if math.isnan(c) else f"{c:.3f}" for c in direction["turn_cosines"])
+        measured.worst = f"{where}: {direction['verdict']} (turn cosines {turns})"
+        if ctx.out is not None:
+            path = Path("gradient") / f"{ctx.name}_agentic_credit.json"
+            save_case(ctx.out / path, problem, probs, algorithm, ctx.plugins,
+                      {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in direction.items()}
+                      | {"turn_cosines": [None if math.isnan(c) else c for c in direction["turn_cosines"]],
+                         "turn_scales": [None if math.isnan(c) else c for c in direction["turn_scales"]]})
+            measured.evidence.append(str(path))
+    measured.seconds = time.perf_counter() - start
+    return measured
+
+
+def _flat_direction(problem: TreeMDP, probs: list[torch.Tensor], algorithm: AlgorithmConfig) -> torch.Tensor:
+    from seeupo.tabular.gradient import expected_direction
+
+    expected, _ = expected_direction(problem, _policy(problem, probs), algorithm)
+    return torch.cat(expected, dim=1)
+
+
+def _cosines(a: torch.Tensor, b: torch.Tensor) -> list[float]:
+    """Per instance, the cosine of two directions; 1 where both are zero, ``nan`` where one is or either is not finite."""
+    out = []
+    for x, y in zip(a, b):
+        nx, ny = float(x.norm()), float(y.norm())
+        if not (math.isfinite(nx) and math.isfinite(ny)):
+            out.append(math.nan)
+        elif nx == 0 and ny == 0:
+            out.append(1.0)
+        else:
+            out.append(float((x * y).sum()) / (nx * ny) if nx > 0 and ny > 0 else math.nan)
+    return out
+
+
+#: An update is zero when its norm is below this (rewards in [0, 1], probabilities as parameters).
+ZERO_UPDATE = 1e-9
+
+
+#: The return transforms ``(a, b)``: ``R -> a R + b``.
+TRANSFORMS = ((1.0, 0.5), (3.0, 0.0), (0.5, -1.0))
+
+
+def reward_invariance(ctx: Context) -> Measured:
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    cosines: list[float] = []
+    worst: tuple[float, str] | None = None
+    for k, turns in enumerate((1, 2)):
+        problem = random_token_bandit(s.instances, turns, 2, 2, reward_levels=3, generator=_generator(s, "reward_invariance", k))
+        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "reward_invariance", 50 + k))):
+            base = _flat_direction(problem, probs, algorithm)
+            moving = (base.norm(dim=1) > ZERO_UPDATE) | ~torch.isfinite(base).all(1)  # no direction: nothing to turn
+            for a, b in TRANSFORMS:
+                found = _cosines(base, _flat_direction(_shifted(problem, a, b), probs, algorithm))
+                cosines += [c for c, m in zip(found, moving) if m]
+                for i, c in enumerate(found):
+                    if not bool(moving[i]):
+                        continue
+                    bad = 2.0 if math.isnan(c) else 1 - c
+                    if bad > rules.INVARIANCE_TOL and (worst is None or bad > worst[0]):
+                        worst = (bad, f"{turns}-turn token bandit, instance {i}, {'uniform' if j == 0 else f'random start {j}'}: "
+                                      f"returns {a:g} R {b:+g} turn the update by cosine "
+                                      + ("nan (not finite, or one of them zero)" if math.isnan(c) else f"{c:.6f}"))
+    covered = (f"1- and 2-turn token bandits ({s.instances} each), {1 + s.starts} start policies, returns a R + b for "
+               + ", ".join(f"(a, b) = ({a:g}, {b:g})" for a, b in TRANSFORMS) + f"; G = {s.group_size}; cases where "
+               "the update is zero on the original returns left out (no direction to keep)")
+    return Measured(rules.share_invariant(cosines), covered, worst[1] if worst else None, seconds=time.perf_counter() - start)
+
+
+def zero_variance_groups(ctx: Context) -> Measured:
+    from seeupo.tabular.gradient import policy_gradient
+
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    flags: list[bool] = []
+    failures: list[str] = []
+    for turns in (1, 2):
+        for value in (0.0, 1.0):
+            problem = _constant_bandit(s.instances, turns, value)
+            for j, probs in enumerate(_start_policies(problem, s, _generator(s, "zero_variance_groups", turns * 10 + int(value)))):
+                direction = _flat_direction(problem, probs, algorithm)
+                for i, row in enumerate(direction):
+                    ok = bool(torch.isfinite(row).all()) and float(row.norm()) <= ZERO_UPDATE
+                    flags.append(ok)
+                    if not ok:
+                        failures.append(f"{turns}-turn bandit where every answer earns {value:g}, instance {i}: the update is "
+                                        + ("not finite" if not bool(torch.isfinite(row).all()) else f"of norm {float(row.norm()):.3g}, not 0"))
+        problem = _needle_bandit(s.instances, turns, _generator(s, "zero_variance_groups", turns))
+        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "zero_variance_groups", 100 + turns))):
+            direction = _flat_direction(problem, probs, algorithm)
+            true = torch.cat(policy_gradient(problem, _policy(problem, probs)), dim=1)
+            for i, (row, grad) in enumerate(zip(direction, true)):
+                finite = bool(torch.isfinite(row).all())
+                ok = finite and float((row * grad).sum()) > 0
+                flags.append(ok)
+                if not ok:
+                    failures.append(f"{turns}-turn bandit with one rewarded answer, instance {i}: the update is "
+                                    + ("not finite" if not finite else "not uphill"))
+    covered = (f"1- and 2-turn token bandits ({s.instances} each) where every answer earns 0 or 1 (the update must be 0), "
+               f"and where one answer earns 1 (uphill); {1 + s.starts} start policies, G = {s.group_size}")
+    worst = f"{failures[0]}" + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "") if failures else None
+    return Measured(rules.share(flags), covered, worst, seconds=time.perf_counter() - start)
+
+
+def lm_bridge(ctx: Context) -> Measured:
+    from seeupo.experiments.check.planning import DEFAULT
+    from seeupo.experiments.check.run import run_bridge
+
+    s, start = ctx.sizes, time.perf_counter()
+    if ctx.out is None:
+        return Measured(rules.no_evidence("the bridge writes its runs to the card's folder, and there is none"), "")
+    budget = dataclasses.replace(DEFAULT, bridge_seeds=s.bridge_seeds, bridge_steps=s.bridge_steps)
+    result = run_bridge(ctx.name, budget, ctx.out, ctx.plugins, lambda m: ctx.say("  " + m))
+    covered = (f"the tiny random Qwen3 on the 2-turn bridge, {len(s.bridge_seeds)} seeds x {s.bridge_steps} steps after a "
+               f"format warm-up, exact J after each step (sampled rollouts: the interval is over seeds)")
+    if result.skipped is not None:
+        return Measured(rules.no_evidence(result.skipped), covered, seconds=time.perf_counter() - start)
+    if result.vacuous is not None:
+        return Measured(rules.no_evidence("vacuous: " + result.vacuous), covered, evidence=["bridge"],
+                        seconds=time.perf_counter() - start)
+    runs = result.runs or []
+    score = rules.mean_gain_fraction([r["J_initial"] for r in runs], [r["J_final"] for r in runs],
+                                     [r["J_star"] for r in runs])
+    return Measured(score, covered, result.summary, evidence=["bridge"], seconds=time.perf_counter() - start)
+
+
+MONOTONE_RULE = "share of runs whose exact J never fell by more than 1e-7 in one update"
+
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
+               ("monotonicity", "single-turn"), "Does an exact update ever lower J on one turn?",
+               MONOTONE_RULE, True, single_turn_monotone),
+    Capability("multi_turn_monotone", "Multi-turn monotone improvement", "multi-turn monotone",
+               ("monotonicity", "multi-turn", "agentic"),
+               "Does an exact update ever lower J over several turns, where the agent stops when it chooses?",
+               MONOTONE_RULE, True, multi_turn_monotone),
+    Capability("stochastic_outcomes", "Stochastic outcomes", "stochastic outcomes", ("monotonicity", "stochastic"),
+               "Does an exact update lower J when observations and episode ends are random?",
+               MONOTONE_RULE, True, stochastic_outcomes),
+    Capability("shared_parameters", "Parameters shared across turns", "shared parameters",
+               ("monotonicity", "shared", "multi-turn"),
+               "Does an exact update lower J when every turn reads one parameter table (as a language model's)?",
+               MONOTONE_RULE, True, shared_parameters),
+    Capability("multi_turn_convergence", "Multi-turn convergence to J*", "reaches J*",
+               ("convergence", "multi-turn", "agentic"), "Where does the expected update lead: to J*, or short of it?",
+               "share of problems where plain exact ascent with the expected update ends within 1% of J*", True,
+               multi_turn_convergence),
+    Capability("agentic_credit", "Per-turn credit on agentic problems", "per-turn credit",
+               ("gradient", "agentic", "credit"),
+               "Does every turn's expected update point up the policy gradient of that turn (stopping, intermediate "
+               "rewards, tool results)?",
+               "mean over cases of the smallest per-turn cosine between the expected update and grad J, floored at 0",
+               True, agentic_credit),
+    Capability("reward_invariance", "Invariance to reward shift and scale", "reward shift/scale",
+               ("robustness", "rewards"), "Does the update's direction stay put when every return becomes a R + b (a > 0)?",
+               "share of (problem, start, transform) whose expected update keeps its direction (cosine >= 1 - 1e-6)",
+               True, reward_invariance),
+    Capability("zero_variance_groups", "Groups with zero variance", "zero-variance groups",
+               ("robustness", "groups", "sparse reward"),
+               "Is the update finite and zero when no group has signal, and uphill when most groups have none?",
+               "share of cases: constant rewards give a finite zero update; one rewarded answer gives a finite uphill one",
+               True, zero_variance_groups),
+    Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
+               "Does the algorithm's code, run on a tiny language model, raise its exact J?",
+               "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",
+               False, lm_bridge),
+)
+NAMES = tuple(c.name for c in CAPABILITIES)

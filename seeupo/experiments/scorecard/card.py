@@ -1,0 +1,249 @@
+"""One algorithm's scorecard: every capability measured, written as ``card.json`` and ``card.md``, drawn as a radar.
+
+:func:`score_card` runs the capabilities of
+:data:`~seeupo.experiments.scorecard.capabilities.CAPABILITIES` in order and returns a
+:class:`Card`; an interrupted card (Ctrl-C) keeps the capabilities that finished and says which
+did not. :func:`write` puts it in a folder beside its evidence (counterexamples, gradient cases,
+bridge runs), :func:`radar` draws it over other cards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Capability, Context, Measured, Sizes
+from seeupo.experiments.scorecard.rules import Score, no_evidence
+
+FORMAT = "seeupo-scorecard/1"
+#: What a card writes in its folder (``--overwrite`` moves these aside, never deletes them).
+OUTPUTS = ("card.json", "card.md", "card.png", "counterexamples", "gradient", "bridge")
+
+
+@dataclass
+class Card:
+    """One algorithm's scores: ``measured`` per capability name (the finished ones, in order)."""
+
+    algorithm: str
+    config: dict[str, Any]
+    plugins: list[str]
+    sizes: Sizes
+    measured: dict[str, Measured]
+    skipped: dict[str, str] = field(default_factory=dict)  # capability -> why it was not measured
+    partial: bool = False
+    seconds: float = 0.0
+
+    def score(self, capability: str) -> float | None:
+        m = self.measured.get(capability)
+        return m.score.value if m is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        caps = {}
+        for cap in CAPABILITIES:
+            entry: dict[str, Any] = {"title": cap.title, "tags": list(cap.tags), "question": cap.question,
+                                     "rule": cap.rule, "exact": cap.exact}
+            if cap.name in self.measured:
+                entry |= self.measured[cap.name].to_dict()
+            else:
+                entry["not_measured"] = self.skipped.get(cap.name, "not reached (the card was stopped first)")
+            caps[cap.name] = entry
+        return {"format": FORMAT, "algorithm": self.algorithm, "config": self.config, "plugins": self.plugins,
+                "sizes": dataclasses.asdict(self.sizes), "capabilities": caps, "partial": self.partial,
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Card":
+        """A card read back from its JSON (as :meth:`to_dict` wrote it)."""
+        sizes = Sizes(**{k: tuple(v) if isinstance(v, list) else v for k, v in data["sizes"].items()})
+        measured, skipped = {}, {}
+        for name, entry in data["capabilities"].items():
+            if "not_measured" in entry:
+                skipped[name] = entry["not_measured"]
+                continue
+            s = entry["score"]
+            score = Score(s["value"], s["cases"], s["passed"], tuple(s["interval"]) if s["interval"] else None, s["reason"])
+            measured[name] = Measured(score, entry["covered"], entry["worst"], list(entry["evidence"]), entry["seconds"])
+        return cls(data["algorithm"], data["config"], list(data["plugins"]), sizes, measured, skipped,
+                   bool(data["partial"]), float(data["seconds"]))
+
+
+def context(name: str, sizes: Sizes, out: Path | None, plugins: tuple[str, ...] = (),
+            say: Callable[[str], None] = lambda m: None) -> Context:
+    """What the capabilities measure ``name`` with: its exact-mode row of ``seeupo verify`` (optimizer,
+    step size, iterations per update), so that every algorithm takes the update ``verify`` gives it."""
+    from seeupo.experiments.verify import algorithm_rows
+
+    row = algorithm_rows([name], sizes.exact_epochs)[0]
+    return Context(name, row.config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
+
+
+def exact_refusal(ctx: Context) -> str | None:
+    """Why exact mode cannot run ``ctx``'s estimator (the capabilities that are exact get no score), or ``None``."""
+    from seeupo.experiments.verify import exact_refusal as refusal
+
+    return refusal(ctx.config, ctx.sizes.group_size)
+
+
+def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str, ...] = (), bridge: bool = True,
+               only: Sequence[str] | None = None, say: Callable[[str], None] = print) -> Card:
+    """Measure every capability of ``name`` (``only``: these) and return its card.
+
+    A capability that cannot run says why instead of a score (``Card.skipped``): the bridge with
+    ``bridge=False``; the exact ones when exact mode refuses the estimator. Ctrl-C stops the card:
+    the finished capabilities are kept and the card is marked partial.
+    """
+    from seeupo.core.config import PRESETS
+
+    start = time.perf_counter()
+    ctx = context(name, sizes, out, plugins, say)
+    card = Card(name, PRESETS[name].to_dict(), list(plugins), sizes, {})
+    refused = exact_refusal(ctx)
+    chosen = [c for c in CAPABILITIES if only is None or c.name in only]
+    for k, cap in enumerate(chosen, start=1):
+        why = _why_not(cap, refused, bridge)
+        if why is not None:
+            card.skipped[cap.name] = why
+            say(f"[{k}/{len(chosen)}] {cap.name}: not measured ({why})")
+            continue
+        say(f"[{k}/{len(chosen)}] {cap.name}: {cap.question}")
+        try:
+            card.measured[cap.name] = _measure(cap, ctx)
+        except KeyboardInterrupt:
+            card.partial = True
+            say(f"interrupted in {cap.name}: the card keeps the {len(card.measured)} capabilities that finished")
+            break
+        m = card.measured[cap.name]
+        say(f"[{k}/{len(chosen)}] {cap.name}: {format_score(m.score)} ({m.seconds:.1f} s)")
+    for cap in CAPABILITIES:
+        if only is not None and cap.name not in only and cap.name not in card.skipped:
+            card.skipped[cap.name] = "not asked for"
+    card.seconds = time.perf_counter() - start
+    return card
+
+
+#: Seconds per capability of ``grpo``'s card at the default sizes, measured on 2 CPU cores (the field of
+#: 2026-11-28, two cards at once), and the bridge's per seed (three algorithms: the card's and the two
+#: baselines). A plan scales them with the sizes; a plugin's estimator may be slower (GiGPO's took 405 s).
+NOMINAL_SECONDS = {"single_turn_monotone": 10.3, "multi_turn_monotone": 14.0, "stochastic_outcomes": 10.4,
+                   "shared_parameters": 13.2, "multi_turn_convergence": 10.9, "agentic_credit": 0.7,
+                   "reward_invariance": 0.1, "zero_variance_groups": 0.1}
+BRIDGE_SECONDS_PER_SEED = 6.5
+
+
+def plan_line(name: str, sizes: Sizes, *, bridge: bool) -> str:
+    """The plan said before a card starts: the capabilities, the sizes and a rough estimate of the time."""
+    default = Sizes()
+    scale = (sizes.instances * sizes.iterations) / (default.instances * default.iterations)
+    exact = sum(NOMINAL_SECONDS.values()) * scale
+    lm = BRIDGE_SECONDS_PER_SEED * len(sizes.bridge_seeds) * sizes.bridge_steps / default.bridge_steps if bridge else 0.0
+    return (f"scorecard {name}: {len(CAPABILITIES) - (0 if bridge else 1)} capabilities on fixed seeded problems "
+            f"({sizes.instances} per part, {sizes.iterations} exact updates per run)"
+            + (f" and the bridge ({len(sizes.bridge_seeds)} seeds x {sizes.bridge_steps} steps)" if bridge else "")
+            + f"; about {exact + lm:.0f} s for a built-in estimator on 2 cores (a plugin's may be slower)")
+
+
+def _why_not(cap: Capability, refused: str | None, bridge: bool) -> str | None:
+    if cap.name == "lm_bridge" and not bridge:
+        return "--no-bridge"
+    if cap.exact and refused is not None:
+        return f"exact mode refuses the estimator: {refused}"
+    return None
+
+
+def _measure(cap: Capability, ctx: Context) -> Measured:
+    """``cap.measure(ctx)``; an exact batch too large to build is no evidence (the reason, no score)."""
+    from seeupo.tabular import rollout
+
+    too_large = getattr(rollout, "ExactBatchTooLarge", None)
+    try:
+        return cap.measure(ctx)
+    except Exception as err:
+        if too_large is not None and isinstance(err, too_large):
+            return Measured(no_evidence(f"an exact batch is too large to build: {err}"), "")
+        raise
+
+
+def shown(value: float) -> str:
+    """A score with two decimals, rounded down: a score below 1 never reads 1.00."""
+    return f"{math.floor(value * 100 + 1e-9) / 100:.2f}"
+
+
+def format_score(score: Score) -> str:
+    """``0.96 (49 of 51)``, ``0.74 [0.61, 0.88]`` or ``no score (why)``."""
+    if score.value is None:
+        return f"no score ({score.reason})"
+    text = shown(score.value)
+    if score.passed is not None:
+        text += f" ({score.passed} of {score.cases})"
+    if score.interval is not None:
+        text += f" [{score.interval[0]:.2f}, {score.interval[1]:.2f}]"
+    return text
+
+
+def markdown(card: Card) -> str:
+    """The card as Markdown: one row per capability (score, what it covered, the worst case, its evidence)."""
+    lines = [f"# Scorecard: {card.algorithm}", ""]
+    if card.partial:
+        lines += ["**Partial**: stopped before every capability was measured.", ""]
+    if card.plugins:
+        lines += ["Plugins: " + ", ".join(f"`{p}`" for p in card.plugins), ""]
+    lines += ["| Capability | Score | Rule | Worst case | Evidence |", "|---|---|---|---|---|"]
+    for cap in CAPABILITIES:
+        if cap.name in card.measured:
+            m = card.measured[cap.name]
+            evidence = ", ".join(f"[{e}]({e})" for e in m.evidence) or "—"
+            lines.append(f"| {cap.title} | {format_score(m.score)} | {cap.rule} | {m.worst or '—'} | {evidence} |")
+        else:
+            lines.append(f"| {cap.title} | not measured: {card.skipped.get(cap.name, 'stopped first')} | {cap.rule} | — | — |")
+    lines += ["", "What each capability covered:", ""]
+    lines += [f"- **{cap.title}** (`{cap.name}`; {', '.join(cap.tags)}): {card.measured[cap.name].covered}"
+              for cap in CAPABILITIES if cap.name in card.measured]
+    sizes = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(card.sizes).items())
+    lines += ["", f"Sizes: {sizes}. Measured in {card.seconds:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def write(card: Card, out: Path, others: Sequence[Card] = ()) -> None:
+    """``card`` as ``out/card.json``, ``card.md`` and ``card.png`` (the radar, ``others`` drawn beneath)."""
+    from seeupo.validation.files import dumps
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "card.json").write_text(dumps(card.to_dict(), indent=1) + "\n")
+    (out / "card.md").write_text(markdown(card))
+    radar([card, *others], out / "card.png", highlight=card.algorithm)
+
+
+def radar(cards: Sequence[Card], path: Path, highlight: str | None = None) -> None:
+    """A radar of the cards' scores, one axis per capability; ``highlight`` drawn bold over the others.
+    A capability without a score is a gap in that card's line (never a 0 it did not measure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    angles = [2 * math.pi * k / len(NAMES) for k in range(len(NAMES))]
+    fig = plt.figure(figsize=(7.5, 7.5))
+    ax = fig.add_subplot(projection="polar")
+    colours = plt.get_cmap("tab20").colors  # 20 distinct colours: a field of 11 never repeats one
+    ordered = sorted(cards, key=lambda c: c.algorithm == highlight)  # the highlighted card is drawn last, on top
+    for k, card in enumerate(ordered):
+        values = [math.nan if card.score(n) is None else card.score(n) for n in NAMES]
+        bold = card.algorithm == highlight
+        colour = "black" if bold else colours[(2 * k) % 20 if k < 10 else (2 * k + 1) % 20]
+        ax.plot([*angles, angles[0]], [*values, values[0]], color=colour, linewidth=2.5 if bold else 1.0,
+                alpha=1.0 if bold else 0.75, label=card.algorithm + (" (partial)" if card.partial else ""),
+                zorder=3 if bold else 2)
+        if bold:
+            ax.fill([*angles, angles[0]], [*values, values[0]], color=colour, alpha=0.1)
+    ax.set_xticks(angles)
+    ax.set_xticklabels([c.short.replace(" ", "\n", 1) for c in CAPABILITIES], fontsize=8)
+    ax.set_ylim(0, 1.0)
+    ax.set_yticks([0.25, 0.5, 0.75, 1.0])
+    ax.legend(loc="upper right", bbox_to_anchor=(1.3, 1.1), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

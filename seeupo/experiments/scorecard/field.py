@@ -1,0 +1,169 @@
+"""The field's table: every catalogue algorithm's card, one table, one radar, and where a published claim disagrees.
+
+:func:`build_field` measures each catalogue entry's card in its own worker process (each loads
+only its entry's plugin) and writes ``cards/NAME/`` (each card with its evidence), ``field.md``
+(the table, the claims), ``field.json`` and ``field.png``. :func:`comparison_cards` gives the cards
+a new algorithm is drawn beside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Sizes
+from seeupo.experiments.scorecard.card import Card, radar, score_card, shown, write
+from seeupo.experiments.scorecard.catalogue import CATALOGUE, claim_verdict, entry
+
+#: The committed field, relative to the working directory or the repository.
+FIELD_DIR = "paper_repro/scorecard"
+#: Wall time of the whole catalogue's field at the default sizes, measured on 2 CPU cores with 2 workers (2026-11-28).
+FIELD_MINUTES = 13
+#: What the field writes in its folder (``--overwrite`` moves these aside, never deletes them).
+FIELD_OUTPUTS = ("field.md", "field.json", "field.png", "cards")
+
+
+def committed_card(name: str, sizes: Sizes, field_dir: str | Path = FIELD_DIR) -> Card | None:
+    """``name``'s committed card of the field when it was measured with ``sizes`` and finished, else ``None``."""
+    from seeupo.experiments.verdicts import resolve_dir
+    from seeupo.validation.files import read_json
+
+    path = resolve_dir(field_dir) / "cards" / name / "card.json"
+    if not path.is_file():
+        return None
+    card = Card.from_dict(read_json(path))
+    return card if card.sizes == sizes and not card.partial else None
+
+
+def comparison_cards(names: Sequence[str] | None, sizes: Sizes, out: Path, *, exclude: str, plugins: tuple[str, ...] = (),
+                     bridge: bool = True, say: Callable[[str], None] = print) -> list[Card]:
+    """The cards drawn beside a new one. ``names=None``: the catalogue's committed cards measured with
+    ``sizes`` (none measured now). Else each named algorithm's committed card where it matches, or
+    its card measured now into ``out/compare/NAME``."""
+    if names is None:
+        return [c for c in (committed_card(e.name, sizes) for e in CATALOGUE if e.name != exclude) if c is not None]
+    cards = []
+    for name in names:
+        if name == exclude:
+            continue
+        card = committed_card(name, sizes)
+        if card is None:
+            say(f"--compare {name}: measuring its card now (no committed card with these sizes)")
+            card = score_card(name, sizes, out / "compare" / name, plugins=plugins, bridge=bridge, say=say)
+            write(card, out / "compare" / name)
+        else:
+            say(f"--compare {name}: the committed card of the field")
+        cards.append(card)
+    return cards
+
+
+def _card_job(name: str, plugin: str | None, sizes: Sizes, out: str, bridge: bool) -> dict[str, Any]:
+    """One catalogue card, in a worker process: load the entry's plugin, measure, write, return the card."""
+    import torch
+
+    from seeupo.plugins import load_plugins
+
+    torch.set_num_threads(1)
+    specs = load_plugins([plugin], "catalogue") if plugin else ()
+    card = score_card(name, sizes, Path(out), plugins=specs, bridge=bridge, say=lambda m: None)
+    write(card, Path(out))
+    return card.to_dict()
+
+
+def build_field(out: Path, sizes: Sizes, *, workers: int = 2, bridge: bool = True, names: Sequence[str] | None = None,
+                say: Callable[[str], None] = print) -> list[Card]:
+    """Measure the catalogue's cards (``names``: these) with ``workers`` processes and write the field's
+    files in ``out``. Each card is written as it finishes; Ctrl-C keeps the finished ones (the table
+    says which are missing)."""
+    from seeupo.experiments.verdicts import resolve_dir
+
+    chosen = [e for e in CATALOGUE if names is None or e.name in names]
+    start, cards = time.perf_counter(), {}
+    say(f"field: {len(chosen)} cards ({', '.join(e.name for e in chosen)}) with {workers} workers; each card is said "
+        f"as it finishes (the whole catalogue took {FIELD_MINUTES} min on 2 cores with 2 workers)")
+    pool = ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=1)  # one process per card: its plugin alone
+    try:
+        futures = {pool.submit(_card_job, e.name, str(resolve_dir(e.plugin)) if e.plugin else None, sizes,
+                               str(out / "cards" / e.name), bridge): e.name for e in chosen}
+        for k, future in enumerate(as_completed(futures), start=1):
+            card = Card.from_dict(future.result())
+            cards[card.algorithm] = card
+            say(f"[{k}/{len(chosen)}] {card.algorithm}: " + ", ".join(
+                f"{n} {card.score(n):.2f}" for n in NAMES if card.score(n) is not None) + f" ({card.seconds:.0f} s)")
+    except KeyboardInterrupt:
+        say(f"interrupted: the field keeps the {len(cards)} cards that finished")
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        ordered = [cards[e.name] for e in chosen if e.name in cards]
+        if ordered:
+            write_field(out, ordered, sizes, time.perf_counter() - start)
+    return ordered
+
+
+def claims_table(cards: Sequence[Card]) -> list[dict[str, str]]:
+    """Every catalogue claim read against its algorithm's card (:func:`claim_verdict`)."""
+    rows = []
+    for card in cards:
+        e = entry(card.algorithm)
+        for claim in e.claims if e is not None else ():
+            scores = {n: card.score(n) for n in NAMES}
+            worst = {n: card.measured[n].worst if n in card.measured else None for n in NAMES}
+            verdict, words = claim_verdict(claim, scores, worst)
+            rows.append({"algorithm": card.algorithm, "source": claim.source, "claim": claim.text,
+                         "verdict": verdict, "evidence": words})
+    return rows
+
+
+def score_table(cards: Sequence[Card], cards_dir: str) -> list[str]:
+    """The table's lines: one row per card (its name linked to ``cards_dir/NAME/card.md``), one column per
+    capability; an exact score below 1 in bold (some case failed its rule: the card names the worst), ``—``
+    where there is no score. The bridge's score is a share of a gap closed in a few steps, never bold."""
+    lines = ["| Algorithm | " + " | ".join(c.short for c in CAPABILITIES) + " |", "|---|" + "---|" * len(NAMES)]
+    for card in cards:
+        e = entry(card.algorithm)
+        name = f"[{e.title if e else card.algorithm}]({cards_dir}/{card.algorithm}/card.md)"
+        cells = []
+        for cap in CAPABILITIES:
+            m = card.measured.get(cap.name)
+            if m is None or m.score.value is None:
+                cells.append("—")
+            else:
+                failed = cap.exact and m.score.value < 1 - 1e-9
+                cells.append(f"**{shown(m.score.value)}**" if failed else shown(m.score.value))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def field_markdown(cards: Sequence[Card], sizes: Sizes, seconds: float) -> str:
+    """The field's table (one row per algorithm, one column per capability) and the claims read against it."""
+    lines = ["# The field, scored", "",
+             "Each algorithm's card (`cards/NAME/card.md`, with its evidence) on the same fixed, seeded problems. "
+             "A score is in [0, 1]; the rule of each capability is in the card. `—`: no score (the card says why).", "",
+             *score_table(cards, "cards"), "",
+             "Bold: some case failed the rule (the card names the worst); scores are rounded down. The bridge column "
+             "is the share of the gap to J* closed in 5 steps, mean of 5 seeds (intervals in the cards): it says the "
+             "code learns on a language model, not which algorithm learns faster.", "", "## Published claims against the cards", "",
+              "| Algorithm | Source | Claim (paraphrased) | Verdict | Evidence |", "|---|---|---|---|---|"]
+    lines += [f"| {r['algorithm']} | {r['source']} | {r['claim']} | {r['verdict']} | {r['evidence']} |"
+              for r in claims_table(cards)]
+    sizes_text = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(sizes).items())
+    lines += ["", f"Sizes: {sizes_text}. {len(cards)} cards in {seconds:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def write_field(out: Path, cards: Sequence[Card], sizes: Sizes, seconds: float) -> None:
+    """``field.md``, ``field.json`` and ``field.png`` in ``out`` (the cards are in ``out/cards``)."""
+    from seeupo.validation.files import dumps
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "field.md").write_text(field_markdown(cards, sizes, seconds))
+    data = {"format": "seeupo-field/1", "sizes": dataclasses.asdict(sizes), "seconds": seconds,
+            "scores": {c.algorithm: {n: c.score(n) for n in NAMES} for c in cards}, "claims": claims_table(cards),
+            "missing": [e.name for e in CATALOGUE if e.name not in {c.algorithm for c in cards}]}
+    (out / "field.json").write_text(dumps(data, indent=1) + "\n")
+    radar(cards, out / "field.png")

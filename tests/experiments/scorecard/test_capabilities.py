@@ -1,0 +1,95 @@
+"""Each capability end to end on hand-made algorithms whose scores are known: one must score 1, one 0.
+
+``exact_pg`` (the exact advantage, plain policy gradient) must score 1 everywhere; ``anti_pg`` (its
+negation) 0 on every capability of improvement, convergence and credit; ``range_flip_pg`` (correct only
+on rewards spanning exactly [0, 1]) 0 on invariance; ``anti_bonus_pg`` 0 on groups with zero variance
+(tests/experiments/scorecard/hand_algorithms.py).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from seeupo.experiments.scorecard.capabilities import CAPABILITIES, Sizes
+from seeupo.experiments.scorecard.card import context
+
+HAND = Path(__file__).with_name("hand_algorithms.py")
+TINY = Sizes(instances=2, iterations=3, exact_epochs=10, starts=1, ascent_steps=100)
+EXACT = [c for c in CAPABILITIES if c.exact]
+
+
+@pytest.fixture
+def hand():
+    from seeupo import plugins
+
+    plugins.forget_plugins()
+    plugins.load_plugin(str(HAND))
+    yield
+    plugins.forget_plugins()
+
+
+def scores(name: str, capabilities=EXACT, out=None) -> dict:
+    ctx = context(name, TINY, out)
+    return {c.name: c.measure(ctx) for c in capabilities}
+
+
+def test_the_exact_policy_gradient_scores_one_everywhere(hand, tmp_path):
+    measured = scores("exact_pg", out=tmp_path)
+    assert {n: m.score.value for n, m in measured.items()} == {c.name: 1.0 for c in EXACT}
+    assert all(m.worst is None and not m.evidence for m in measured.values())
+    assert not any(tmp_path.iterdir())  # nothing failed, nothing to show
+
+
+def test_its_negation_scores_zero_on_improvement_convergence_and_credit(hand, tmp_path):
+    measured = scores("anti_pg", out=tmp_path)
+    for name in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
+                 "multi_turn_convergence", "agentic_credit"):
+        assert measured[name].score.value == 0.0, name
+        assert measured[name].worst
+    assert measured["reward_invariance"].score.value == 1.0  # minus the gradient is as invariant as the gradient
+    # the evidence replays: each monotonicity capability's worst run is a counterexample file
+    from seeupo.experiments.counterexamples import Counterexample, replay
+
+    for name in ("single_turn_monotone", "shared_parameters"):
+        (path,) = measured[name].evidence
+        example = Counterexample.load(tmp_path / path)
+        assert example.largest_decrease > 0 and replay(example).reproduces
+    assert measured["agentic_credit"].evidence == ["gradient/anti_pg_agentic_credit.json"]
+
+
+def test_an_update_that_assumes_rewards_in_0_1_scores_zero_on_invariance(hand):
+    measured = scores("range_flip_pg", [c for c in EXACT if c.name == "reward_invariance"])
+    assert measured["reward_invariance"].score.value == 0.0
+    assert "cosine -1.000000" in measured["reward_invariance"].worst
+
+
+def test_an_update_that_moves_without_signal_scores_zero_on_zero_variance_groups(hand):
+    measured = scores("anti_bonus_pg", [c for c in EXACT if c.name == "zero_variance_groups"])
+    assert measured["zero_variance_groups"].score.value == 0.0
+    assert "every answer earns" in measured["zero_variance_groups"].worst
+
+
+def test_instances_whose_J_no_policy_changes_are_left_out():
+    import torch
+
+    from seeupo.experiments.scorecard.capabilities import _constant_bandit, _needle_bandit, constant_J
+
+    assert constant_J(_constant_bandit(3, 2, 0.5)).tolist() == [True] * 3
+    assert constant_J(_needle_bandit(3, 2, torch.Generator().manual_seed(0))).tolist() == [False] * 3
+
+
+def test_the_field_counterexamples_are_found_and_sorted_by_capability():
+    from seeupo.experiments.scorecard.capabilities import _counterexample_setting, field_counterexamples
+
+    found = field_counterexamples()
+    names = [p for p, _ in found]
+    assert "paper_repro/counterexamples/seeupo_mt_shared.json" in names and names == sorted(names)
+    settings = {p.rsplit("/", 1)[1]: _counterexample_setting(ex) for p, ex in found}
+    assert settings["seeupo_mt_shared.json"] == "shared_parameters"
+    assert settings["grpo_st_stochastic.json"] == "stochastic_outcomes"
+
+
+def test_an_estimator_without_a_language_model_form_gets_no_bridge_score(hand, tmp_path):
+    (bridge,) = [c for c in CAPABILITIES if c.name == "lm_bridge"]
+    measured = bridge.measure(context("exact_pg", TINY, tmp_path))
+    assert measured.score.value is None and "no language-model form" in measured.score.reason

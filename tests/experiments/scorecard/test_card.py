@@ -1,0 +1,148 @@
+"""``seeupo scorecard``: the card's files, its refusals, Ctrl-C, --compare, and the field's table and claims."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from seeupo.cli import main
+from seeupo.experiments.scorecard.capabilities import NAMES, Measured, Sizes
+from seeupo.experiments.scorecard.card import Card, markdown
+from seeupo.experiments.scorecard.rules import Score
+
+HAND = str(Path(__file__).with_name("hand_algorithms.py"))
+SMALL = ["--quick", "--no-bridge", "--instances", "1", "--iterations", "2", "--no-progress"]
+
+
+@pytest.fixture
+def seeupo(capsys):
+    from seeupo import plugins
+
+    plugins.forget_plugins()
+
+    def call(*args):
+        try:
+            rc = main(list(args))
+        except SystemExit as exit_:
+            rc = exit_.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+
+    yield call
+    plugins.forget_plugins()
+
+
+def test_a_plugin_gets_a_card_with_its_files(seeupo, tmp_path):
+    out = seeupo("scorecard", "anti_pg", "--plugin", HAND, *SMALL, "--out", str(tmp_path / "card"))
+    assert out.returncode == 0, out.stderr
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert card["format"] == "seeupo-scorecard/1" and card["algorithm"] == "anti_pg"
+    assert card["plugins"][0].startswith(HAND.lstrip("/").split("/")[-1]) or "hand_algorithms.py@sha256:" in card["plugins"][0]
+    assert card["capabilities"]["single_turn_monotone"]["score"]["value"] == 0.0
+    assert card["capabilities"]["lm_bridge"]["not_measured"] == "--no-bridge"
+    assert card["sizes"]["instances"] == 1 and card["sizes"]["iterations"] == 2
+    text = (tmp_path / "card" / "card.md").read_text()
+    assert "| Single-turn monotone improvement | 0.00 (0 of" in text and "counterexamples/anti_pg_single_turn_monotone.json" in text
+    assert (tmp_path / "card" / "card.png").stat().st_size > 10_000
+    assert "single_turn_monotone     0.00" in out.stdout
+    again = seeupo("scorecard", "anti_pg", "--plugin", HAND, *SMALL, "--out", str(tmp_path / "card"))
+    assert again.returncode == 2 and "--overwrite" in again.stderr and again.stderr.count("\n") == 1
+
+
+def test_a_plugin_that_breaks_the_contract_is_one_line_and_no_folder(seeupo, tmp_path):
+    out = seeupo("scorecard", "nan_grpo", "--plugin", HAND, *SMALL, "--out", str(tmp_path / "card"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "non-finite advantages" in out.stderr
+    assert not (tmp_path / "card").exists()
+
+
+def test_bad_input_is_one_line(seeupo, tmp_path):
+    for args, words in ((["no_such_algorithm"], "no_such_algorithm"), ([], "required"),
+                        (["grpo", "--compare", ","], "comma-separated"), (["--field", "grpo"], "takes no NAME")):
+        out = seeupo("scorecard", *args, "--out", str(tmp_path / "x"))
+        assert out.returncode == 2 and words in out.stderr and out.stderr.count("\n") == 1, (args, out.stderr)
+
+
+def test_ctrl_c_keeps_the_finished_capabilities(seeupo, tmp_path, monkeypatch):
+    from seeupo.experiments.scorecard import capabilities
+
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    caps = list(capabilities.CAPABILITIES)
+    caps[2] = capabilities.dataclasses.replace(caps[2], measure=interrupted)
+    monkeypatch.setattr("seeupo.experiments.scorecard.card.CAPABILITIES", tuple(caps))
+    out = seeupo("scorecard", "grpo", *SMALL, "--out", str(tmp_path / "card"))
+    assert out.returncode == 130
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert card["partial"] is True
+    measured = [n for n, c in card["capabilities"].items() if "score" in c]
+    assert measured == list(NAMES[:2])
+    assert card["capabilities"][NAMES[2]]["not_measured"].startswith("not reached")
+
+
+def test_compare_measures_the_others_on_the_same_problems(seeupo, tmp_path):
+    out = seeupo("scorecard", "exact_pg", "--plugin", HAND, "--compare", "anti_pg", *SMALL, "--out", str(tmp_path / "c"))
+    assert out.returncode == 0, out.stderr
+    other = json.loads((tmp_path / "c" / "compare" / "anti_pg" / "card.json").read_text())
+    mine = json.loads((tmp_path / "c" / "card.json").read_text())
+    assert other["sizes"] == mine["sizes"]
+    assert other["capabilities"]["agentic_credit"]["score"]["value"] == 0.0
+    assert mine["capabilities"]["agentic_credit"]["score"]["value"] == 1.0
+    assert "(1 cards beside it)" in out.stdout
+
+
+def _card(name: str, values: dict, worst: str = "instance 3") -> Card:
+    measured = {n: Measured(Score(v, 4, None), "four problems", None if v == 1 else worst) for n, v in values.items()}
+    return Card(name, {}, [], Sizes(), measured, {n: "--no-bridge" for n in NAMES if n not in values})
+
+
+def test_card_round_trips_through_json():
+    card = _card("grpo", {"single_turn_monotone": 0.5, "agentic_credit": 1.0})
+    again = Card.from_dict(json.loads(json.dumps(card.to_dict())))
+    assert again.to_dict() == card.to_dict() and again.sizes == Sizes()
+    assert "not measured: --no-bridge" in markdown(card)
+
+
+def test_claims_agree_disagree_or_have_no_evidence():
+    from seeupo.experiments.scorecard.catalogue import Claim, claim_verdict
+
+    claim = Claim("its paper", "monotone", ("single_turn_monotone", "stochastic_outcomes"))
+    assert claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": 1.0}, {})[0] == "agrees"
+    verdict, words = claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": 0.9},
+                                   {"stochastic_outcomes": "tool family, instance 2: J fell by 0.01"})
+    assert verdict == "disagrees" and "stochastic_outcomes 0.90: tool family, instance 2" in words
+    assert claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": None}, {})[0] == "no evidence"
+
+
+def test_the_field_table_marks_scores_below_one_and_reads_the_claims(tmp_path):
+    from seeupo.experiments.scorecard.field import claims_table, write_field
+
+    cards = [_card("seeupo", {n: 1.0 for n in NAMES if n != "lm_bridge"} | {"shared_parameters": 0.9}),
+             _card("gspo", {n: 1.0 for n in NAMES if n != "lm_bridge"} | {"stochastic_outcomes": 0.5},
+                   "the field's counterexample gspo_st_stochastic.json: J fell")]
+    write_field(tmp_path, cards, Sizes(), 12.0)
+    text = (tmp_path / "field.md").read_text()
+    assert "| [SeeUPO](cards/seeupo/card.md) |" in text and "**0.90**" in text and "**0.50**" in text
+    rows = {(r["algorithm"], r["source"]): r for r in claims_table(cards)}
+    assert rows[("seeupo", "its paper (Theorem 1)")]["verdict"] == "agrees"  # shared parameters are outside its claim
+    gspo = next(r for r in rows.values() if r["algorithm"] == "gspo")
+    assert gspo["verdict"] == "disagrees" and "gspo_st_stochastic.json" in gspo["evidence"]
+    data = json.loads((tmp_path / "field.json").read_text())
+    assert data["scores"]["gspo"]["stochastic_outcomes"] == 0.5 and "ppo" in data["missing"]
+    assert (tmp_path / "field.png").stat().st_size > 10_000
+
+
+def test_every_catalogue_algorithm_is_registered_by_its_plugin_or_built_in():
+    import subprocess
+    import sys
+
+    from seeupo.experiments.scorecard.catalogue import CATALOGUE
+
+    assert len(CATALOGUE) >= 11
+    code = ("from seeupo.plugins import load_plugin\nfrom seeupo.core.config import PRESETS\n"
+            "from seeupo.experiments.scorecard.catalogue import CATALOGUE\n"
+            "for e in CATALOGUE:\n    load_plugin(e.plugin) if e.plugin else None\n    assert e.name in PRESETS, e.name\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert run.returncode == 0, run.stderr[-2000:]
