@@ -1,6 +1,7 @@
 """``seeupo scorecard``: one algorithm scored on every capability, drawn over the field's cards.
 
-Exit status: 0 when the card is written; 130 when Ctrl-C stopped it (the partial card is written).
+Exit status: 0 when the card is written; 128 + the signal's number when Ctrl-C (130) or SIGTERM (143) stopped
+it (the partial card is written).
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:24s} not measured: {why}")
     print(f"Wrote {out / 'card.md'}, {out / 'card.json'} and {out / 'card.png'}"
           + (f" ({len(beside)} cards beside it)." if beside else "."))
-    return 130 if card.partial else 0
+    if card.partial:
+        import signal
+
+        return 128 + int(signal.Signals[card.stopped_by or "SIGINT"])
+    return 0
 
 
 def _sizes(args: argparse.Namespace) -> "Sizes":

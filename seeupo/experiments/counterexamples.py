@@ -209,6 +209,41 @@ class Counterexample:
             raise err.in_file(path) from None
 
 
+@dataclass
+class Instance:
+    """The data of a counterexample file without its algorithm: the problem, the start, the step settings.
+
+    What another algorithm needs to run its own update where the recorded one lowered ``J``
+    (the scorecard runs every algorithm on the field's counterexamples). Reading it neither
+    builds the recorded algorithm nor asks for its plugins, so every process reads every file.
+    """
+
+    problem: TreeMDP
+    policy_state: dict[str, torch.Tensor]
+    run: RunConfig
+    iterations: int
+    group_size: int
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Instance":
+        """Read and validate the instance of a counterexample file; errors name the file and the field."""
+        try:
+            data = as_object(read_json(path), None)
+            if data.get("format") != FORMAT:
+                raise InstanceError("format", f"not a counterexample file (expected \"format\": \"{FORMAT}\")")
+            try:
+                problem = problem_from_dict(data.get("instance"))
+            except InputError as err:
+                raise err.inside("instance") from None
+            run = dataclass_from_dict(RunConfig, data.get("run"), "run", LIMITS)
+            algorithm = as_object(data.get("algorithm"), "algorithm")
+            return cls(problem, _policy_state(data.get("policy_state"), problem, run), run,
+                       int_field(data.get("iterations"), "iterations", *LIMITS["iterations"]),
+                       int_field(algorithm.get("group_size"), "algorithm.group_size", *LIMITS["group_size"]))
+        except InputError as err:
+            raise err.in_file(path) from None
+
+
 def _recorded_plugins(specs: Any) -> tuple[str, ...]:
     """The plugins a file was recorded with, each of which must be loaded now with the same content.
 

@@ -432,7 +432,9 @@ CHECKS = Path(__file__).resolve().parents[2] / "paper_repro" / "algorithms"
 def test_committed_counterexamples_replay_with_their_plugin(load, path):
     from seeupo.experiments.counterexamples import Counterexample, replay
 
-    load(path.parent.parent.name)  # the plugin of the same name, as it is now: the recorded hash must match
+    name = path.parent.parent.name
+    if (ALGORITHMS / f"{name}.py").exists():  # a built-in algorithm's check has no plugin
+        load(name)  # the plugin of the same name, as it is now: the recorded hash must match
     example = Counterexample.load(path)
     result = replay(example)
     assert result.reproduces, result
@@ -440,11 +442,36 @@ def test_committed_counterexamples_replay_with_their_plugin(load, path):
 
 
 def test_every_committed_check_has_its_report():
+    from seeupo.experiments.scorecard.catalogue import CATALOGUE
+
     names = sorted(p.name for p in CHECKS.iterdir() if p.is_dir())
-    assert names == sorted(p.stem for p in ALGORITHMS.glob("*.py"))
+    # every example plugin's, and every catalogue algorithm's (built in or not)
+    assert names == sorted({p.stem for p in ALGORITHMS.glob("*.py")} | {e.name for e in CATALOGUE})
     for name in names:
         import json
 
         report = json.loads((CHECKS / name / "check.json").read_text())
         assert report["algorithm"] == name and report["monotonicity"]["measured"] in ("monotone", "J decreased")
         assert (CHECKS / name / "check.md").exists() and (CHECKS / name / "check.png").exists()
+
+
+def test_gigpo_downhill_turn_comes_from_its_discount(load, monkeypatch):
+    """The worst case of GiGPO's committed card (per-turn credit): turn 0 points downhill with GAMMA = 0.95 (the
+    authors' scripts'), and the same instance and start are unbiased per turn with GAMMA = 1: the discounted
+    step return-to-go, not the anchor-state grouping, turns turn 0's update where J barely depends on it."""
+    from seeupo.experiments.gradient_check import load_case
+    from seeupo.tabular.gradient import gradient_directions
+    from seeupo.tabular.policies import TabularPolicy
+
+    gigpo = load("gigpo")
+    case = load_case(CHECKS.parent / "scorecard" / "cards" / "gigpo" / "gradient" / "gigpo_agentic_credit.json")
+
+    def direction():
+        policy = TabularPolicy(case.problem)
+        policy.set_action_probs(case.start)
+        return gradient_directions(case.problem, policy, case.algorithm)[0]
+
+    assert gigpo.GAMMA == 0.95
+    assert direction().verdict == "points downhill" and direction().downhill_turn == 0
+    monkeypatch.setattr(gigpo, "GAMMA", 1.0)
+    assert direction().verdict == "unbiased per turn up to a positive scale"

@@ -206,29 +206,26 @@ FIELD_COUNTEREXAMPLES = ("paper_repro/counterexamples", "paper_repro/algorithms"
 
 
 def field_counterexamples() -> list[tuple[str, Any]]:
-    """Every committed counterexample of the field, ``(file, Counterexample)``, sorted by path: the
-    instances a search found where some algorithm's exact update lowered ``J``. The scorecard runs
-    every algorithm on them (its own update, from the recorded start): hard cases, the same for all."""
-    from seeupo.experiments.counterexamples import Counterexample
+    """Every committed counterexample of the field, ``(file, Instance)``, sorted by path: the instances a
+    search found where some algorithm's exact update lowered ``J``. The scorecard runs every algorithm on
+    them (its own update, from the recorded start and step): hard cases, the same for all. Only the
+    instance is read (:class:`~seeupo.experiments.counterexamples.Instance`), not the recorded algorithm,
+    so a card reads every file whichever plugins it loaded; a file that does not read is an error."""
+    from seeupo.experiments.counterexamples import Instance
     from seeupo.experiments.verdicts import resolve_dir
 
     found = []
     for folder in FIELD_COUNTEREXAMPLES:
         base = resolve_dir(folder)
         if base.is_dir():
-            found += [f for f in base.rglob("*.json") if "counterexamples" in f.parts and "previous-" not in str(f)]
-    out = []
-    for path in sorted(found):
-        shown = str(path)[str(path).rindex("paper_repro"):]  # the same words wherever the command runs
-        try:
-            out.append((shown, Counterexample.load(path)))
-        except Exception:  # a file of another format in the folder is not a counterexample of the field
-            continue
-    return out
+            found += [f for f in base.rglob("*.json") if f.parent.name == "counterexamples"
+                      and not any(part.startswith("previous-") for part in f.parts)]  # an earlier run moved aside
+    # the path from paper_repro on: the same words wherever the command runs
+    return [(str(path)[str(path).rindex("paper_repro"):], Instance.load(path)) for path in sorted(found)]
 
 
 def _counterexample_setting(example: Any) -> str:
-    """Which monotonicity capability a counterexample belongs to."""
+    """Which monotonicity capability a counterexample's instance belongs to."""
     if example.run.parameterization == "shared":
         return "shared_parameters"
     if any(o > 1 for o in example.problem.obs_per_turn):
@@ -238,7 +235,7 @@ def _counterexample_setting(example: Any) -> str:
 
 def _field_parts(capability: str) -> list[Part]:
     return [Part(f"the field's counterexample {path}", ex.problem, ex.run.parameterization, ex.run.init_scale,
-                 ex.algorithm.group_size, ex.policy_state, ex.iterations, ex.run.feature_dim)
+                 ex.group_size, ex.policy_state, ex.iterations, ex.run.feature_dim)
             for path, ex in field_counterexamples() if _counterexample_setting(ex) == capability]
 
 

@@ -36,6 +36,7 @@ class Card:
     skipped: dict[str, str] = field(default_factory=dict)  # capability -> why it was not measured
     partial: bool = False
     seconds: float = 0.0
+    stopped_by: str | None = None  # the signal that stopped a partial card (SIGINT, SIGTERM); not written
 
     def score(self, capability: str) -> float | None:
         m = self.measured.get(capability)
@@ -94,30 +95,36 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
 
     A capability that cannot run says why instead of a score (``Card.skipped``): the bridge with
     ``bridge=False``; the exact ones when exact mode refuses the estimator. Ctrl-C stops the card:
-    the finished capabilities are kept and the card is marked partial.
+    the finished capabilities are kept and the card is marked partial (so does SIGTERM;
+    ``Card.stopped_by`` names the signal).
     """
     from seeupo.core.config import PRESETS
+    from seeupo.experiments.check.run import SignalWatch
 
     start = time.perf_counter()
     ctx = context(name, sizes, out, plugins, say)
     card = Card(name, PRESETS[name].to_dict(), list(plugins), sizes, {})
     refused = exact_refusal(ctx)
     chosen = [c for c in CAPABILITIES if only is None or c.name in only]
-    for k, cap in enumerate(chosen, start=1):
-        why = _why_not(cap, refused, bridge)
-        if why is not None:
-            card.skipped[cap.name] = why
-            say(f"[{k}/{len(chosen)}] {cap.name}: not measured ({why})")
-            continue
-        say(f"[{k}/{len(chosen)}] {cap.name}: {cap.question}")
-        try:
-            card.measured[cap.name] = _measure(cap, ctx)
-        except KeyboardInterrupt:
-            card.partial = True
-            say(f"interrupted in {cap.name}: the card keeps the {len(card.measured)} capabilities that finished")
-            break
-        m = card.measured[cap.name]
-        say(f"[{k}/{len(chosen)}] {cap.name}: {format_score(m.score)} ({m.seconds:.1f} s)")
+    with SignalWatch() as watch:  # SIGTERM stops a card as Ctrl-C does
+        for k, cap in enumerate(chosen, start=1):
+            why = _why_not(cap, refused, bridge)
+            if why is not None:
+                card.skipped[cap.name] = why
+                say(f"[{k}/{len(chosen)}] {cap.name}: not measured ({why})")
+                continue
+            say(f"[{k}/{len(chosen)}] {cap.name}: {cap.question}")
+            try:
+                card.measured[cap.name] = _measure(cap, ctx)
+                watch.raise_if_signalled()
+            except KeyboardInterrupt as stop:
+                card.partial, card.stopped_by = True, watch.name(stop)
+                card.measured.pop(cap.name, None)
+                say(f"interrupted ({card.stopped_by}) in {cap.name}: the card keeps the {len(card.measured)} "
+                    "capabilities that finished")
+                break
+            m = card.measured[cap.name]
+            say(f"[{k}/{len(chosen)}] {cap.name}: {format_score(m.score)} ({m.seconds:.1f} s)")
     for cap in CAPABILITIES:
         if only is not None and cap.name not in only and cap.name not in card.skipped:
             card.skipped[cap.name] = "not asked for"
@@ -127,7 +134,7 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
 
 #: Seconds per capability of ``grpo``'s card at the default sizes, measured on 2 CPU cores (the field of
 #: 2026-11-28, two cards at once), and the bridge's per seed (three algorithms: the card's and the two
-#: baselines). A plan scales them with the sizes; a plugin's estimator may be slower (GiGPO's took 405 s).
+#: baselines). A plan scales them with the sizes; a plugin's estimator may be slower (GiGPO's took 405-467 s).
 NOMINAL_SECONDS = {"single_turn_monotone": 10.3, "multi_turn_monotone": 14.0, "stochastic_outcomes": 10.4,
                    "shared_parameters": 13.2, "multi_turn_convergence": 10.9, "agentic_credit": 0.7,
                    "reward_invariance": 0.1, "zero_variance_groups": 0.1}
@@ -156,15 +163,12 @@ def _why_not(cap: Capability, refused: str | None, bridge: bool) -> str | None:
 
 def _measure(cap: Capability, ctx: Context) -> Measured:
     """``cap.measure(ctx)``; an exact batch too large to build is no evidence (the reason, no score)."""
-    from seeupo.tabular import rollout
+    from seeupo.tabular.rollout import ExactBatchTooLarge
 
-    too_large = getattr(rollout, "ExactBatchTooLarge", None)
     try:
         return cap.measure(ctx)
-    except Exception as err:
-        if too_large is not None and isinstance(err, too_large):
-            return Measured(no_evidence(f"an exact batch is too large to build: {err}"), "")
-        raise
+    except ExactBatchTooLarge as err:
+        return Measured(no_evidence(f"an exact batch is too large to build: {err}"), "")
 
 
 def shown(value: float) -> str:

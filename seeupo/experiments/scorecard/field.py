@@ -21,7 +21,7 @@ from seeupo.experiments.scorecard.catalogue import CATALOGUE, claim_verdict, ent
 #: The committed field, relative to the working directory or the repository.
 FIELD_DIR = "paper_repro/scorecard"
 #: Wall time of the whole catalogue's field at the default sizes, measured on 2 CPU cores with 2 workers (2026-11-28).
-FIELD_MINUTES = 13
+FIELD_MINUTES = 14
 #: What the field writes in its folder (``--overwrite`` moves these aside, never deletes them).
 FIELD_OUTPUTS = ("field.md", "field.json", "field.png", "cards")
 
@@ -157,7 +157,8 @@ def field_markdown(cards: Sequence[Card], sizes: Sizes, seconds: float) -> str:
 
 
 def write_field(out: Path, cards: Sequence[Card], sizes: Sizes, seconds: float) -> None:
-    """``field.md``, ``field.json`` and ``field.png`` in ``out`` (the cards are in ``out/cards``)."""
+    """``field.md``, ``field.json`` and ``field.png`` in ``out``, and each card's radar redrawn over the field
+    (the cards are in ``out/cards``)."""
     from seeupo.validation.files import dumps
 
     out.mkdir(parents=True, exist_ok=True)
@@ -167,3 +168,6 @@ def write_field(out: Path, cards: Sequence[Card], sizes: Sizes, seconds: float) 
             "missing": [e.name for e in CATALOGUE if e.name not in {c.algorithm for c in cards}]}
     (out / "field.json").write_text(dumps(data, indent=1) + "\n")
     radar(cards, out / "field.png")
+    for card in cards:  # each card drawn over the rest of the field
+        if (out / "cards" / card.algorithm).is_dir():
+            radar(cards, out / "cards" / card.algorithm / "card.png", highlight=card.algorithm)

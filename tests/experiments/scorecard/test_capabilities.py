@@ -81,7 +81,10 @@ def test_instances_whose_J_no_policy_changes_are_left_out():
 def test_the_field_counterexamples_are_found_and_sorted_by_capability():
     from seeupo.experiments.scorecard.capabilities import _counterexample_setting, field_counterexamples
 
-    found = field_counterexamples()
+    found = field_counterexamples()  # every file, whichever plugins this process loaded (here none of theirs)
+    root = Path(__file__).resolve().parents[3] / "paper_repro"
+    files = [*root.glob("counterexamples/*.json"), *root.glob("algorithms/*/counterexamples/*.json")]
+    assert len(found) == len(files) and len(files) >= 18
     names = [p for p, _ in found]
     assert "paper_repro/counterexamples/seeupo_mt_shared.json" in names and names == sorted(names)
     settings = {p.rsplit("/", 1)[1]: _counterexample_setting(ex) for p, ex in found}

@@ -63,15 +63,22 @@ def test_bad_input_is_one_line(seeupo, tmp_path):
         assert out.returncode == 2 and words in out.stderr and out.stderr.count("\n") == 1, (args, out.stderr)
 
 
-def test_ctrl_c_keeps_the_finished_capabilities(seeupo, tmp_path, monkeypatch):
-    from seeupo.experiments.scorecard import capabilities
+def replace_measure(monkeypatch, index: int, measure) -> None:
+    """The card measures capability ``index`` with ``measure`` instead (the others as they are)."""
+    import dataclasses
 
+    from seeupo.experiments.scorecard.capabilities import CAPABILITIES
+
+    caps = list(CAPABILITIES)
+    caps[index] = dataclasses.replace(caps[index], measure=measure)
+    monkeypatch.setattr("seeupo.experiments.scorecard.card.CAPABILITIES", tuple(caps))
+
+
+def test_ctrl_c_keeps_the_finished_capabilities(seeupo, tmp_path, monkeypatch):
     def interrupted(ctx):
         raise KeyboardInterrupt
 
-    caps = list(capabilities.CAPABILITIES)
-    caps[2] = capabilities.dataclasses.replace(caps[2], measure=interrupted)
-    monkeypatch.setattr("seeupo.experiments.scorecard.card.CAPABILITIES", tuple(caps))
+    replace_measure(monkeypatch, 2, interrupted)
     out = seeupo("scorecard", "grpo", *SMALL, "--out", str(tmp_path / "card"))
     assert out.returncode == 130
     card = json.loads((tmp_path / "card" / "card.json").read_text())
@@ -146,3 +153,33 @@ def test_every_catalogue_algorithm_is_registered_by_its_plugin_or_built_in():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[3])
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_an_exact_batch_too_large_is_no_score_with_its_reason(seeupo, tmp_path, monkeypatch):
+    from seeupo.tabular.rollout import ExactBatchTooLarge
+
+    def too_large(ctx):
+        raise ExactBatchTooLarge("3,000,000 rows (at most 2,000,000)")
+
+    replace_measure(monkeypatch, 0, too_large)
+    out = seeupo("scorecard", "grpo", *SMALL, "--out", str(tmp_path / "card"))
+    assert out.returncode == 0, out.stderr
+    first = json.loads((tmp_path / "card" / "card.json").read_text())["capabilities"][NAMES[0]]["score"]
+    assert first["value"] is None and "too large to build: 3,000,000 rows" in first["reason"]
+    assert "no score (an exact batch is too large" in out.stdout
+
+
+def test_sigterm_keeps_the_finished_capabilities_and_exits_143(seeupo, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    def terminated(ctx):
+        os.kill(os.getpid(), signal.SIGTERM)  # the card's handler turns it into a stop, as Ctrl-C
+        raise AssertionError("SIGTERM did not stop the card")
+
+    replace_measure(monkeypatch, 1, terminated)
+    out = seeupo("scorecard", "grpo", *SMALL, "--out", str(tmp_path / "card"))
+    assert out.returncode == 143
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert card["partial"] is True and [n for n, c in card["capabilities"].items() if "score" in c] == [NAMES[0]]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is given back

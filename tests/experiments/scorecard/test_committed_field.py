@@ -4,6 +4,8 @@ are what the cards say, and the README shows the same table."""
 import json
 from pathlib import Path
 
+import pytest
+
 from seeupo.experiments.scorecard.capabilities import NAMES, Sizes
 from seeupo.experiments.scorecard.card import Card
 from seeupo.experiments.scorecard.catalogue import CATALOGUE
@@ -42,3 +44,22 @@ def test_the_readme_shows_the_field_table_in_its_first_screen():
     start = readme.index(table[0])
     assert readme[start: start + len(table)] == table
     assert start + len(table) < 60  # the first screen
+
+
+@pytest.mark.slow
+def test_a_plugin_card_regenerates_its_committed_exact_scores(tmp_path):
+    """The documented use, at the default sizes: a plugin's card beside the field, the same exact scores as
+    the committed card (the problems are seeded; the bridge is left out: it is the slow part and the same code)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "card"
+    run = subprocess.run([sys.executable, "-m", "seeupo.cli", "scorecard", "dr_grpo", "--plugin",
+                          str(ROOT / "examples" / "algorithms" / "dr_grpo.py"), "--no-bridge", "--no-progress",
+                          "--out", str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    mine = json.loads((out / "card.json").read_text())["capabilities"]
+    committed = json.loads((FIELD / "cards" / "dr_grpo" / "card.json").read_text())["capabilities"]
+    for name in NAMES[:-1]:
+        assert mine[name]["score"] == committed[name]["score"], name
+    assert "(11 cards beside it)" not in run.stdout and "cards beside it" in run.stdout  # the field, itself left out
