@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     card = score_card(args.name, sizes, out, plugins=args.plugins_loaded, bridge=not args.no_bridge, say=say)
     beside = comparison_cards(others or None, sizes, out, exclude=args.name, plugins=args.plugins_loaded,
                               bridge=not args.no_bridge, say=say) if not card.partial else []
+    if not beside and not others and not card.partial:
+        say("drawn alone: no committed card of the field has these sizes (the field's use the defaults)")
     write(card, out, beside)
     for name, m in card.measured.items():
         print(f"{name:24s} {format_score(m.score)}")

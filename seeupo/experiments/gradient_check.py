@@ -77,11 +77,16 @@ def family_problems(cfg: GradientConfig, family: str, turns: int) -> TreeMDP:
 
 
 def start_policies(problem: TreeMDP, cfg: GradientConfig, family: str, turns: int) -> list[list[torch.Tensor]]:
-    """The uniform policy and ``cfg.starts`` random ones (softmax of logits with scale 1), per turn ``[I, N_t, A_t]``."""
+    """The uniform policy and ``cfg.starts`` random ones (:func:`random_starts`), seeded by the family and turns."""
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + list(AGENTIC_FAMILIES).index(family) * 31 + turns)
+    return random_starts(problem, cfg.starts, gen)
+
+
+def random_starts(problem: TreeMDP, starts: int, generator: torch.Generator) -> list[list[torch.Tensor]]:
+    """The uniform policy and ``starts`` random ones (softmax of logits with scale 1), per turn ``[I, N_t, A_t]``."""
     out = [TabularPolicy(problem).action_probs()]
-    for _ in range(cfg.starts):
-        out.append(TabularPolicy(problem, init_scale=1.0, generator=gen).action_probs())
+    for _ in range(starts):
+        out.append(TabularPolicy(problem, init_scale=1.0, generator=generator).action_probs())
     return [[p.detach() for p in probs] for probs in out]
 
 
@@ -96,7 +101,8 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def _policy(problem: TreeMDP, probs: list[torch.Tensor]) -> TabularPolicy:
+def policy_at(problem: TreeMDP, probs: list[torch.Tensor]) -> TabularPolicy:
+    """The independent tabular policy of ``problem`` whose action probabilities are ``probs``."""
     policy = TabularPolicy(problem)
     policy.set_action_probs(probs)
     return policy
@@ -111,7 +117,7 @@ def check_family(algorithm: AlgorithmConfig, cfg: GradientConfig, family: str, t
     worst_case: dict[str, Any] | None = None
     order = [*DIRECTIONS, STATIONARY]
     for k, probs in enumerate(start_policies(problem, cfg, family, turns)):
-        for i, d in enumerate(gradient_directions(problem, _policy(problem, probs), algorithm)):
+        for i, d in enumerate(gradient_directions(problem, policy_at(problem, probs), algorithm)):
             counts[d.verdict] += 1
             rank = (order.index(d.verdict) if d.verdict != STATIONARY else -1, -(d.cosine if not math.isnan(d.cosine) else 1))
             if worst_case is None or rank > worst_case["rank"]:
@@ -255,7 +261,7 @@ def load_case(path: str | Path) -> GradientCase:
 def replay_case(case: GradientCase) -> tuple[bool, dict[str, Any]]:
     """Recompute a gradient case: ``(reproduces, recomputed)``; it reproduces when the verdict is the same and
     the cosines agree to 1e-9."""
-    d = dataclasses.asdict(gradient_directions(case.problem, _policy(case.problem, [p.to(DTYPE) for p in case.start]),
+    d = dataclasses.asdict(gradient_directions(case.problem, policy_at(case.problem, [p.to(DTYPE) for p in case.start]),
                                                case.algorithm)[0])
 
     def same(a: Any, b: Any) -> bool:

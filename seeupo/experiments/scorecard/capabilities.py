@@ -48,6 +48,7 @@ from typing import Any, Callable
 import torch
 
 from seeupo.core.config import AlgorithmConfig
+from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
 from seeupo.experiments.scorecard import rules
 from seeupo.experiments.scorecard.rules import Score
 from seeupo.tabular.families import AGENTIC_FAMILIES
@@ -184,8 +185,9 @@ class Part:
     ``run_cfg`` (uniform, or random logits of scale ``init_scale``) or, for a replayed counterexample,
     from ``state``; ``group_size`` (``None``: :attr:`Sizes.group_size`)."""
 
-    words: str
+    words: str  # the problems, as the card says them
     problem: TreeMDP
+    start: str = "uniform start"  # in words; "" for a counterexample's recorded start
     parameterization: str = "independent"
     init_scale: float = 0.0
     group_size: int | None = None
@@ -197,8 +199,8 @@ class Part:
 def _random_parts(words: str, problem: TreeMDP, parameterization: str = "independent",
                   group_size: int | None = None) -> list[Part]:
     """``problem`` from the uniform policy and from random logits of scale 1 (a start a search would try)."""
-    return [Part(f"{words}, uniform start", problem, parameterization, 0.0, group_size),
-            Part(f"{words}, random start", problem, parameterization, 1.0, group_size)]
+    return [Part(words, problem, "uniform start", parameterization, 0.0, group_size),
+            Part(words, problem, "random start", parameterization, 1.0, group_size)]
 
 
 #: Where the field's counterexamples are committed (relative to the working directory or the repository).
@@ -234,7 +236,7 @@ def _counterexample_setting(example: Any) -> str:
 
 
 def _field_parts(capability: str) -> list[Part]:
-    return [Part(f"the field's counterexample {path}", ex.problem, ex.run.parameterization, ex.run.init_scale,
+    return [Part(f"the field's counterexample {path}", ex.problem, "", ex.run.parameterization, ex.run.init_scale,
                  ex.group_size, ex.policy_state, ex.iterations, ex.run.feature_dim)
             for path, ex in field_counterexamples() if _counterexample_setting(ex) == capability]
 
@@ -258,6 +260,7 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
         run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
                             parameterization=part.parameterization, init_scale=part.init_scale,  # type: ignore[arg-type]
                             feature_dim=part.feature_dim, seed=ctx.sizes.seed)
+        where = f"{part.words}, {part.start}" if part.start else part.words
         policy = initial_policy(part.problem, run_cfg)
         if part.state is not None:
             policy.load_state_dict(part.state)
@@ -278,12 +281,11 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
             if bad > rules.DECREASE_TOL and (worst is None or bad > worst[0]):
                 one = {k: (v if k.startswith("features_") else v[i: i + 1]) for k, v in state.items()}  # per instance
                 worst = (bad, Counterexample(
-                    f"scorecard {capability}", f"{ctx.name}: {part.words}, instance {i}", part.problem.instance(i), one,
+                    f"scorecard {capability}", f"{ctx.name}: {where}, instance {i}", part.problem.instance(i), one,
                     algorithm, run_cfg, iterations, history.J[:, i].tolist(), float(history.J_star[i]),
                     {"capability": capability}, tuple(p.spec for p in loaded_plugins())))
-        ctx.say(f"  {capability}: {part.words}: {lowered} of {part.problem.num_instances - int(flat.sum())} runs lowered J")
-    covered = (f"{len(decreases)} runs: " + "; ".join(dict.fromkeys(p.words.split(", uniform")[0].split(", random")[0]
-                                                                      for p in parts if p.state is None))
+        ctx.say(f"  {capability}: {where}: {lowered} of {part.problem.num_instances - int(flat.sum())} runs lowered J")
+    covered = (f"{len(decreases)} runs: " + "; ".join(dict.fromkeys(p.words for p in parts if p.state is None))
                + f" ({ctx.sizes.instances} each, uniform and random starts, {ctx.sizes.iterations * ctx.iterations_factor}"
                + " exact updates)")
     field_runs = sum(1 for p in parts if p.state is not None)
@@ -306,23 +308,6 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
 def _trajectory(J: list[float]) -> str:
     k = max(range(len(J) - 1), key=lambda i: J[i] - J[i + 1])
     return f"update {k + 1}: {J[k]:.6f} -> {J[k + 1]:.6f}"
-
-
-def _start_policies(problem: TreeMDP, sizes: Sizes, generator: torch.Generator) -> list[list[torch.Tensor]]:
-    from seeupo.tabular.policies import TabularPolicy
-
-    out = [TabularPolicy(problem).action_probs()]
-    for _ in range(sizes.starts):
-        out.append(TabularPolicy(problem, init_scale=1.0, generator=generator).action_probs())
-    return [[p.detach() for p in probs] for probs in out]
-
-
-def _policy(problem: TreeMDP, probs: list[torch.Tensor]) -> Any:
-    from seeupo.tabular.policies import TabularPolicy
-
-    policy = TabularPolicy(problem)
-    policy.set_action_probs(probs)
-    return policy
 
 
 def single_turn_monotone(ctx: Context) -> Measured:
@@ -398,7 +383,6 @@ def multi_turn_convergence(ctx: Context) -> Measured:
 
 
 def agentic_credit(ctx: Context) -> Measured:
-    from seeupo.experiments.gradient_check import save_case
     from seeupo.tabular.gradient import gradient_directions
 
     s, start = ctx.sizes, time.perf_counter()
@@ -409,10 +393,10 @@ def agentic_credit(ctx: Context) -> Measured:
     for k, (family, turns) in enumerate([(f, t) for f in ("stop", "intermediate", "tool") for t in (2, 3)]):
         problem = random_family(family, s.instances, turns, reward_levels=3, generator=_generator(s, "agentic_credit", k))
         parts.append((f"{family} family, {turns} turns", problem))
-        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "agentic_credit", 50 + k))):
+        for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "agentic_credit", 50 + k))):
             for i in range(problem.num_instances):  # one at a time: a history reader's exact batch grows with them
                 one, start_i = problem.instance(i), [p[i: i + 1] for p in probs]
-                (d,) = gradient_directions(one, _policy(one, start_i), algorithm)
+                (d,) = gradient_directions(one, policy_at(one, start_i), algorithm)
                 cases.append((d.turn_cosines, d.turn_scales))
                 credit = rules.worst_turn_cosine(d.turn_cosines, d.turn_scales)
                 if credit is not None and (worst is None or credit < worst[0]):
@@ -442,7 +426,7 @@ def agentic_credit(ctx: Context) -> Measured:
 def _flat_direction(problem: TreeMDP, probs: list[torch.Tensor], algorithm: AlgorithmConfig) -> torch.Tensor:
     from seeupo.tabular.gradient import expected_direction
 
-    expected, _ = expected_direction(problem, _policy(problem, probs), algorithm)
+    expected, _ = expected_direction(problem, policy_at(problem, probs), algorithm)
     return torch.cat(expected, dim=1)
 
 
@@ -475,7 +459,7 @@ def reward_invariance(ctx: Context) -> Measured:
     worst: tuple[float, str] | None = None
     for k, turns in enumerate((1, 2)):
         problem = random_token_bandit(s.instances, turns, 2, 2, reward_levels=3, generator=_generator(s, "reward_invariance", k))
-        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "reward_invariance", 50 + k))):
+        for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "reward_invariance", 50 + k))):
             base = _flat_direction(problem, probs, algorithm)
             moving = (base.norm(dim=1) > ZERO_UPDATE) | ~torch.isfinite(base).all(1)  # no direction: nothing to turn
             for a, b in TRANSFORMS:
@@ -505,7 +489,7 @@ def zero_variance_groups(ctx: Context) -> Measured:
     for turns in (1, 2):
         for value in (0.0, 1.0):
             problem = _constant_bandit(s.instances, turns, value)
-            for j, probs in enumerate(_start_policies(problem, s, _generator(s, "zero_variance_groups", turns * 10 + int(value)))):
+            for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "zero_variance_groups", turns * 10 + int(value)))):
                 direction = _flat_direction(problem, probs, algorithm)
                 for i, row in enumerate(direction):
                     ok = bool(torch.isfinite(row).all()) and float(row.norm()) <= ZERO_UPDATE
@@ -514,9 +498,9 @@ def zero_variance_groups(ctx: Context) -> Measured:
                         failures.append(f"{turns}-turn bandit where every answer earns {value:g}, instance {i}: the update is "
                                         + ("not finite" if not bool(torch.isfinite(row).all()) else f"of norm {float(row.norm()):.3g}, not 0"))
         problem = _needle_bandit(s.instances, turns, _generator(s, "zero_variance_groups", turns))
-        for j, probs in enumerate(_start_policies(problem, s, _generator(s, "zero_variance_groups", 100 + turns))):
+        for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "zero_variance_groups", 100 + turns))):
             direction = _flat_direction(problem, probs, algorithm)
-            true = torch.cat(policy_gradient(problem, _policy(problem, probs)), dim=1)
+            true = torch.cat(policy_gradient(problem, policy_at(problem, probs)), dim=1)
             for i, (row, grad) in enumerate(zip(direction, true)):
                 finite = bool(torch.isfinite(row).all())
                 ok = finite and float((row * grad).sum()) > 0

@@ -152,7 +152,14 @@ def field_markdown(cards: Sequence[Card], sizes: Sizes, seconds: float) -> str:
     lines += [f"| {r['algorithm']} | {r['source']} | {r['claim']} | {r['verdict']} | {r['evidence']} |"
               for r in claims_table(cards)]
     sizes_text = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(sizes).items())
-    lines += ["", f"Sizes: {sizes_text}. {len(cards)} cards in {seconds:.0f} s.", ""]
+    missing = [e.name for e in CATALOGUE if e.name not in {c.algorithm for c in cards}]
+    partial = [c.algorithm for c in cards if c.partial]
+    lines += ["", f"Sizes: {sizes_text}. {len(cards)} cards in {seconds:.0f} s."]
+    if missing or partial:  # a field stopped early says what it lacks
+        lines.append("**Incomplete**: " + "; ".join(
+            ([f"no card for {', '.join(missing)}"] if missing else []) + ([f"partial: {', '.join(partial)}"] if partial else []))
+            + ".")
+    lines.append("")
     return "\n".join(lines)
 
 
