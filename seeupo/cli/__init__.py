@@ -56,7 +56,8 @@ from types import FrameType
 from typing import NoReturn
 
 from seeupo.cli.common import Parser
-from seeupo.validation.arguments import no_empty_dirs_left_on_refusal
+from seeupo.interrupts import inside_fragile_import
+from seeupo.validation.arguments import no_empty_dirs_left_behind, remove_empty_created_dirs
 from seeupo.validation.errors import InputError
 
 COMMANDS: dict[str, str] = {
@@ -123,9 +124,10 @@ def _interrupts_reported(command: str) -> Iterator[None]:
     pid = os.getpid()
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() == pid and _inside_import(frame):
+        if os.getpid() == pid and inside_fragile_import(frame):
             sys.stdout.flush()
             print(f"seeupo {command}: interrupted", file=sys.stderr, flush=True)
+            remove_empty_created_dirs()  # os._exit runs no cleanup: an output folder made for nothing goes now
             os._exit(INTERRUPTED)
         raise KeyboardInterrupt
 
@@ -134,24 +136,6 @@ def _interrupts_reported(command: str) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-# the packages whose C extensions discard an interrupt during their import (torch's imports numpy)
-_FRAGILE_IMPORTS = ("torch", "numpy")
-
-
-def _inside_import(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside the import of a package of :data:`_FRAGILE_IMPORTS` (a frame of that
-    package below Python's import machinery). Other imports take the interrupt as any code does, so that
-    a command that keeps partial results (check, verify) keeps them when Ctrl-C lands on a lazy import."""
-    fragile = False
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        fragile = fragile or name.split(".")[0] in _FRAGILE_IMPORTS
-        if fragile and frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -164,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
             args.plugins_loaded = () if args.command in _PLUGINS_WITH_CONFIG else load_plugins(args.plugin, "--plugin")
         if getattr(args, "no_progress", False):  # Hugging Face's own bars too (transformers reads this on import)
             os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-        with no_empty_dirs_left_on_refusal():
+        with no_empty_dirs_left_behind():
             return args.func(args)
     except InputError as err:  # bad files, fields and flags (InstanceError is one); anything else is a bug
         print(f"seeupo {args.command}: error: {err}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """``seeupo check``: one algorithm end to end (verify cells, searches, a bridge run) and its report.
 
 Exit status (:func:`seeupo.experiments.check.exit_status`): 1 when it measured nothing (``no learning signal``, or a
-``vacuous`` bridge) or, with ``--fail-on-decrease``, when ``J`` decreased; 128 + the signal's
+``vacuous`` bridge), when ``--budget`` stopped it before its plan finished (``inconclusive``) or, with
+``--fail-on-decrease``, when ``J`` decreased; 128 + the signal's
 number when Ctrl-C or SIGTERM stopped it (the partial report is written); else 0.
 """
 
@@ -24,17 +25,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", help="the algorithm: a preset name (seeupo presets lists them)")
     plugin_option(p)
     p.add_argument("--quick", action="store_true", help="small sizes (about a minute without the bridge): for a first look")
-    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150, fewer to fit the budget; --quick 8); "
-                                                              "given alone, the default budget is not applied")
+    p.add_argument("--max-examples", type=positive_int, help="cases per search (default 150; --quick 8): the same cases on "
+                                                              "any machine, and a smaller number's are the first of a "
+                                                              "larger's")
     p.add_argument("--no-bridge", action="store_true", help="skip the language-model run")
     p.add_argument("--compare", metavar="A,B",
                    help="also check these algorithms (comma-separated) on the same problems, seeds, searches and bridge, "
-                        "and report them side by side; the budget covers them all, split equally")
+                        "and report them side by side; one --budget covers them all")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the problems, searches and runs (default 0)")
     p.add_argument("--out", type=path_arg, help="the report's folder (default: results/check/NAME); it must be empty unless --overwrite")
     p.add_argument("--budget", type=positive_float, metavar="SECONDS",
-                   help="fit the whole check in about this many seconds (fewer verify iterations and search cases; "
-                        "default: 170 s, or none with --quick)")
+                   help="stop after this many seconds (default: no limit): the report is then partial and its verdict "
+                        "'inconclusive' unless J had already decreased; the plan itself never shrinks")
     p.add_argument("--overwrite", action="store_true",
                    help="move an earlier check's files in --out into previous-<time>/ first (nothing is deleted)")
     p.add_argument("--fail-on-decrease", action="store_true",
@@ -60,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     out = writable_dir(out_arg, "--out")  # a file there is one line, not a traceback; removed again if refused
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr, flush=True))
     moved = prepare_output(out, args.overwrite, lambda m: print(m, file=sys.stderr, flush=True))  # said even with --no-progress
-    if args.max_examples:  # the cases asked for, not fewer to fit the default budget (an explicit --budget still fits)
-        budget = dataclasses.replace(budget, max_examples=args.max_examples, seconds=None)
+    if args.max_examples:
+        budget = dataclasses.replace(budget, max_examples=args.max_examples)
     if args.budget is not None:
         budget = dataclasses.replace(budget, seconds=args.budget)
     if len(names) > 1:

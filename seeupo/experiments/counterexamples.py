@@ -59,15 +59,13 @@ LIMITS: dict[str, tuple[float, float]] = {
 }
 MAX_STEPS = 100_000
 MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per iteration
-#: A search shrinks a case it found for at most this long (then keeps the smallest failing case so far): a
-#: case that shrinks slowly (a plugin whose updates are dear) would otherwise take minutes past any plan.
-SHRINK_SECONDS = 30.0
 
 
-def _stop_inside(error: BaseException) -> "_OutOfTime | KeyboardInterrupt | None":
-    """The time-out or interrupt that ``error`` is or holds: hypothesis wraps one that comes while it replays the
-    case it found (a ``FlakyFailure``, an exception group) instead of letting it through."""
-    if isinstance(error, (_OutOfTime, KeyboardInterrupt)):
+def _stop_inside(error: BaseException) -> "_OutOfTime | _PlanDone | _ShrinkDone | KeyboardInterrupt | None":
+    """The stop of ours (time-out, plan done, shrinking done, interrupt) that ``error`` is or holds: hypothesis wraps
+    one that comes while it replays the case it found (a ``FlakyFailure``, an exception group) instead of letting it
+    through."""
+    if isinstance(error, (_OutOfTime, _PlanDone, _ShrinkDone, KeyboardInterrupt)):
         return error
     for inner in getattr(error, "exceptions", ()):
         found = _stop_inside(inner)
@@ -223,6 +221,7 @@ class Instance:
     run: RunConfig
     iterations: int
     group_size: int
+    setting: str = ""  # the verify setting its search recorded (an agentic family), "" for none
 
     @classmethod
     def load(cls, path: str | Path) -> "Instance":
@@ -237,11 +236,51 @@ class Instance:
                 raise err.inside("instance") from None
             run = dataclass_from_dict(RunConfig, data.get("run"), "run", LIMITS)
             algorithm = as_object(data.get("algorithm"), "algorithm")
+            setting = as_object(data.get("search", {}), "search").get("setting", "")
             return cls(problem, _policy_state(data.get("policy_state"), problem, run), run,
                        int_field(data.get("iterations"), "iterations", *LIMITS["iterations"]),
-                       int_field(algorithm.get("group_size"), "algorithm.group_size", *LIMITS["group_size"]))
+                       int_field(algorithm.get("group_size"), "algorithm.group_size", *LIMITS["group_size"]),
+                       str_field(setting, "search.setting"))
         except InputError as err:
             raise err.in_file(path) from None
+
+    def case(self, algorithm: AlgorithmConfig, optimizer: str, lr: float, iterations_factor: int = 1) -> Case:
+        """This instance with another algorithm's own exact update: ``algorithm`` (with the recorded group size),
+        its ``optimizer`` and ``lr``, from the recorded start, for the recorded iterations times
+        ``iterations_factor`` (a REINFORCE row's many small steps). The start is the recorded policy:
+        its probabilities with independent parameters; with shared ones the recorded run's own seeded
+        initialisation, which is what the recorded state holds."""
+        run = dataclasses.replace(self.run, mode="exact", optimizer=optimizer, lr=lr,
+                                  iterations=self.iterations * iterations_factor)
+        start = None
+        if self.run.parameterization == "independent":
+            policy = initial_policy(self.problem, self.run)
+            policy.load_state_dict(self.policy_state)
+            with torch.no_grad():
+                start = [p.detach() for p in policy.action_probs()]
+        return Case(self.problem, start, algorithm.replace(group_size=self.group_size), run, run.iterations)
+
+
+#: Where the field's committed counterexamples are: the toolkit's searches and each published algorithm's check.
+FIELD_COUNTEREXAMPLES = ("paper_repro/counterexamples", "paper_repro/algorithms")
+
+
+def field_counterexamples() -> list[tuple[str, Instance]]:
+    """Every committed counterexample of the field, ``(file, Instance)``, sorted by path: the instances a
+    search found where some algorithm's exact update lowered ``J``. ``seeupo check`` and the scorecard
+    run every algorithm on them (its own update, from the recorded start and step): hard cases, the
+    same for all. Only the instance is read (:class:`Instance`), not the recorded algorithm, so every
+    file reads whichever plugins are loaded; a file that does not read is an error. ``file`` is the
+    path from ``paper_repro`` on: the same words wherever the command runs."""
+    from seeupo.experiments.verdicts import resolve_dir
+
+    found = []
+    for folder in FIELD_COUNTEREXAMPLES:
+        base = resolve_dir(folder)
+        if base.is_dir():
+            found += [f for f in base.rglob("*.json") if f.parent.name == "counterexamples"
+                      and not any(part.startswith("previous-") for part in f.parts)]  # an earlier run moved aside
+    return [(str(path)[str(path).rindex("paper_repro"):], Instance.load(path)) for path in sorted(found)]
 
 
 def _recorded_plugins(specs: Any) -> tuple[str, ...]:
@@ -359,14 +398,24 @@ def robust_decrease(case: Case, tol: float = 1e-7) -> bool:
 @dataclass
 class SearchResult:
     found: Counterexample | None
-    examples: int  # cases evaluated, shrinking included
+    examples: int  # cases drawn and evaluated (the plan's cases; shrinking not counted)
     seed: int
     moved: int = -1  # cases in which the update moved J at all (-1: not counted, a custom condition)
-    stopped: str = ""  # "budget" (the deadline passed) or "interrupted" (Ctrl-C / SIGTERM); "" when it ran to its end
+    stopped: str = ""  # "interrupted" (Ctrl-C, SIGTERM, a budget's alarm) or "budget" (``deadline``); "" when it ran its plan
+    shrink_calls: int = 0  # evaluations spent shrinking the case found
+    exhausted: bool = False  # hypothesis ran out of distinct cases before ``max_examples``: the plan is complete
 
 
 class _OutOfTime(Exception):
     """Raised inside hypothesis's loop when a search's deadline has passed."""
+
+
+class _PlanDone(Exception):
+    """Raised inside hypothesis's loop when the planned cases have all been evaluated and none failed."""
+
+
+class _ShrinkDone(Exception):
+    """Raised inside hypothesis's loop when shrinking has spent its evaluations."""
 
 
 def moved(case: Case, tol: float = 1e-12) -> tuple[float, bool]:
@@ -375,6 +424,15 @@ def moved(case: Case, tol: float = 1e-12) -> tuple[float, bool]:
     steps = hist.J[:-1, 0] - hist.J[1:, 0]
     finite = bool(torch.isfinite(hist.J).all())
     return float(steps.max()), finite and bool((steps.abs() > tol).any())
+
+
+#: Hypothesis's own ``max_examples`` in every search, whatever the cases planned: hypothesis changes how it draws
+#: with its ``max_examples`` (its first tenth, up to 50, are small cases), so a search stops itself after its
+#: planned cases instead, and the first ``n`` cases of any plan are the same: a plan of 8 is a prefix of one of 150.
+GENERATION_EXAMPLES = 100_000
+#: A search shrinks the case it found with at most this many more evaluations, then keeps the smallest failing case
+#: so far (said in its info): a count, not a time, so that the case reported is the same on any machine.
+SHRINK_CALLS = 200
 
 
 def search(
@@ -388,23 +446,27 @@ def search(
     condition: Callable[[Case], bool] | None = None,
     deadline: float | None = None,
     keep_on_interrupt: bool = False,
-    shrink_seconds: float | None = SHRINK_SECONDS,
+    shrink_calls: int | None = SHRINK_CALLS,
     setting: str = "",
 ) -> SearchResult:
     """Search the hypothesis strategy ``cases`` for a case where ``J`` drops by more than ``tol``.
 
-    Hypothesis shrinks the first case found (fewer turns and actions, simpler rewards and
-    settings). ``condition`` replaces the default test, :func:`robust_decrease`; the default
-    test also counts the cases in which ``J`` moved at all (``moved``: a search whose cases never
-    move ``J`` measured nothing).
-    Returns the recorded minimal counterexample, or ``None`` with the number of cases tried.
+    The search evaluates exactly ``max_examples`` cases drawn by hypothesis from ``seed`` (fewer only
+    when hypothesis has no more distinct cases: ``exhausted``) and stops at the first failing one,
+    which hypothesis then shrinks (fewer turns and actions, simpler rewards and settings) with at
+    most ``shrink_calls`` more evaluations (``None``: no limit). What is evaluated is a function of
+    the strategy, ``seed`` and ``max_examples`` alone, never of the machine's speed, and the cases of
+    a plan of ``n`` are the first ``n`` of any larger plan (:data:`GENERATION_EXAMPLES`).
+
+    ``condition`` replaces the default test, :func:`robust_decrease`; the default test also counts
+    the cases in which ``J`` moved at all (``moved``: a search whose cases never move ``J`` measured
+    nothing). Returns the recorded minimal counterexample, or ``None`` with the number of cases tried.
 
     ``deadline`` (a :func:`time.monotonic` value) stops the search when it passes, and with
     ``keep_on_interrupt`` Ctrl-C / SIGTERM (``KeyboardInterrupt``) stops it too instead of
     propagating: either way the last failing case seen is recorded (not shrunk to the end, said in
     its ``search`` info) so that no counterexample found is lost, and ``stopped`` says why
-    (``"budget"`` or ``"interrupted"``); the caller then stops on an interrupt. Shrinking a case
-    found stops after ``shrink_seconds`` too (``None``: no limit but the deadline), the same way.
+    (``"budget"`` or ``"interrupted"``): the plan did not finish. The caller then stops on an interrupt.
 
     Hypothesis's own messages (such as its warning about slow shrinking, which asks the reader to
     report to hypothesis) are kept from the terminal; the result says what happened instead.
@@ -419,9 +481,8 @@ def search(
     from hypothesis.errors import NoSuchExample
     from hypothesis.reporting import with_reporter
 
-    count = moved_count = 0
+    count = moved_count = shrinking = 0
     last_failing: Case | None = None
-    shrink_until: float | None = None
 
     def default_test(case: Case) -> bool:
         nonlocal moved_count
@@ -432,37 +493,48 @@ def search(
     test = condition or default_test
 
     def counted(case: Case) -> bool:
-        nonlocal count, last_failing, shrink_until
-        now = time.monotonic()
-        if (deadline is not None and now > deadline) or (shrink_until is not None and now > shrink_until):
+        nonlocal count, last_failing, shrinking
+        if deadline is not None and time.monotonic() > deadline:
             raise _OutOfTime
-        count += 1
+        if last_failing is None:
+            if count >= max_examples:
+                raise _PlanDone
+            count += 1
+        else:
+            if shrink_calls is not None and shrinking >= shrink_calls:
+                raise _ShrinkDone
+            shrinking += 1
         failing = test(case)
         if failing:
             last_failing = case
-            if shrink_until is None and shrink_seconds is not None:
-                shrink_until = time.monotonic() + shrink_seconds
         return failing
 
     config = settings(
-        max_examples=max_examples, database=None, deadline=None, phases=[Phase.generate, Phase.shrink],
+        max_examples=GENERATION_EXAMPLES, database=None, deadline=None, phases=[Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
     info = {"examples": count, "seed": seed, "max_examples": max_examples, "tol": tol} | ({"setting": setting} if setting else {})
+
+    def result(found: Counterexample | None, stopped: str = "", exhausted: bool = False) -> SearchResult:
+        return SearchResult(found, count, seed, -1 if condition else moved_count, stopped, shrinking, exhausted)
+
     try:
         with with_reporter(lambda _message: None):
             case = find(cases, counted, settings=config, random=random.Random(seed))
-    except NoSuchExample:
-        return SearchResult(None, count, seed, -1 if condition else moved_count)
+    except NoSuchExample:  # hypothesis ran out of distinct cases: every one was evaluated
+        return result(None, exhausted=True)
     except BaseException as error:  # noqa: BLE001 - only a stop of ours is handled; anything else is raised again
         stop = _stop_inside(error)
         if stop is None or (isinstance(stop, KeyboardInterrupt) and not keep_on_interrupt):
             raise
-        why = "budget" if isinstance(stop, _OutOfTime) else "interrupted"
+        if isinstance(stop, _PlanDone):
+            return result(None)
+        why = "" if isinstance(stop, _ShrinkDone) else "budget" if isinstance(stop, _OutOfTime) else "interrupted"
         found = None
         if last_failing is not None:
-            info |= {"examples": count, "stopped": f"{why} while shrinking: this case is not minimal"}
+            words = f"shrinking stopped after {shrink_calls} evaluations" if why == "" else f"{why} while shrinking"
+            info |= {"examples": count, "stopped": f"{words}: this case is not minimal"}
             found = record(last_failing, claim, description, info)
-        return SearchResult(found, count, seed, -1 if condition else moved_count, why)
+        return result(found, why)
     info["examples"] = count
-    return SearchResult(record(case, claim, description, info), count, seed, -1 if condition else moved_count)
+    return result(record(case, claim, description, info))

@@ -90,7 +90,7 @@ def comma_list(allowed: tuple[str, ...] | None) -> Any:
 # --------------------------------------------------------------------------- output paths
 
 
-# the folders writable_dir created inside the running no_empty_dirs_left_on_refusal block, outermost first
+# the folders writable_dir created inside the running no_empty_dirs_left_behind block, outermost first
 # (None outside one): a context variable, so that each command (or thread) keeps its own list
 _created_dirs: ContextVar[list[Path] | None] = ContextVar("created_dirs", default=None)
 
@@ -98,7 +98,7 @@ _created_dirs: ContextVar[list[Path] | None] = ContextVar("created_dirs", defaul
 def writable_dir(path: str | Path, flag: str) -> Path:
     """Create the output folder ``path`` now (before any work) or fail naming ``flag``. The folders it
     creates are remembered, so that a command refused later leaves none of them behind empty
-    (:func:`no_empty_dirs_left_on_refusal`)."""
+    (:func:`no_empty_dirs_left_behind`)."""
     path = Path(path)
     missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
     try:
@@ -143,23 +143,29 @@ def move_earlier_outputs_aside(out: Path, outputs: tuple[str, ...], overwrite: b
 
 
 @contextlib.contextmanager
-def no_empty_dirs_left_on_refusal() -> Iterator[None]:
-    """A command inside it that is refused (:class:`InputError`) removes the folders
-    :func:`writable_dir` created for it that are still empty, innermost first: a refused command
-    leaves nothing behind."""
+def no_empty_dirs_left_behind() -> Iterator[None]:
+    """A command inside it that is refused (:class:`InputError`), interrupted or that fails removes the
+    folders :func:`writable_dir` created for it that are still empty, innermost first: it leaves
+    nothing behind, and what it wrote stays."""
     created: list[Path] = []
     token = _created_dirs.set(created)
     try:
         yield
-    except InputError:
-        for path in reversed(created):
-            try:
-                path.rmdir()  # only an empty folder
-            except OSError:
-                pass
+    except BaseException:
+        remove_empty_created_dirs()
         raise
     finally:
         _created_dirs.reset(token)
+
+
+def remove_empty_created_dirs() -> None:
+    """Remove the folders :func:`writable_dir` created in the running :func:`no_empty_dirs_left_behind` block that
+    are still empty, innermost first (none outside such a block)."""
+    for path in reversed(_created_dirs.get() or []):
+        try:
+            path.rmdir()  # only an empty folder
+        except OSError:
+            pass
 
 
 def writable_file(path: str | Path, flag: str) -> Path:

@@ -91,3 +91,64 @@ def test_main_reports_an_interrupt_it_does_not_handle(monkeypatch, capsys):
     monkeypatch.setattr(presets, "run", interrupted)
     assert main(["presets"]) == 130
     assert capsys.readouterr().err == "seeupo presets: interrupted\n"
+
+
+# runs `seeupo check ...` with its calibration preceded by a lazy torch import, during which the process gets SIGINT
+# from inside torch's own module code (a submodule torch.utils.benchmark imports): where the command line's handler
+# would end the process at once, the check's watch defers the interrupt to its next checkpoint
+SIGINT_IN_A_LAZY_TORCH_IMPORT = """
+import os, runpy, signal, sys
+
+class SigintOn:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch.utils.benchmark.utils.timer":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+import seeupo.experiments.check.run as run
+real = run.calibrate
+
+def calibrate(*args, **kwargs):
+    sys.meta_path.insert(0, SigintOn())
+    import torch.utils.benchmark  # noqa: F401
+    return real(*args, **kwargs)
+
+run.calibrate = calibrate
+sys.argv = ["seeupo", *sys.argv[1:]]
+runpy.run_module("seeupo", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_inside_a_lazy_torch_import_of_a_check_writes_its_partial_report(tmp_path):
+    """The command line ends a process at once when Ctrl-C lands in torch's import (its C extension would discard the
+    interrupt); inside a check that used to leave an empty folder. The check defers it and writes its report."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", SIGINT_IN_A_LAZY_TORCH_IMPORT, *COMMAND, "--out", str(out)],
+                          capture_output=True, text=True, timeout=WAIT, cwd=tmp_path, env=_env())
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    report = (out / "check.json").read_text()
+    assert '"partial": "SIGINT"' in report
+
+
+def test_an_interrupted_command_leaves_no_empty_folder(tmp_path, monkeypatch, capsys):
+    """A command stopped before it wrote anything removes the output folder it made; one that wrote keeps it."""
+    import seeupo.cli.presets as presets
+    from seeupo.validation.arguments import writable_dir
+
+    def made_then_interrupted(args):
+        writable_dir(tmp_path / "a" / "out", "--out")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(presets, "run", made_then_interrupted)
+    assert main(["presets"]) == 130
+    assert not (tmp_path / "a").exists()
+
+    def wrote_then_interrupted(args):
+        (writable_dir(tmp_path / "b", "--out") / "partial.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(presets, "run", wrote_then_interrupted)
+    assert main(["presets"]) == 130
+    assert (tmp_path / "b" / "partial.json").exists()

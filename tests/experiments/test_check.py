@@ -331,24 +331,106 @@ def test_a_committed_report_reads_back_and_writes_the_same_file(path):
         assert markdown(report) == (path.parent / "check.md").read_text()
 
 
-# ---- the budget's logic, with a calibration given (no clock: the test holds on any machine)
+# ---- the plan and the budget, with a calibration given (no clock: the tests hold on any machine)
 
 
-@pytest.mark.parametrize("which, seconds", [("QUICK", None), ("DEFAULT", None), ("DEFAULT", 600.0)])
-def test_fit_brings_the_estimate_within_the_budget(which, seconds):
-    """A calibration given by hand, of the order seen on 2 cores (`check grpo --quick` planned 616 directions at
-    ~7 s): each budget's sizes fit it."""
+@pytest.mark.parametrize("which", ["QUICK", "DEFAULT"])
+def test_the_plan_is_the_budgets_own_whatever_the_machine(which):
+    """A machine 10,000 times slower plans the same cases (only the estimate differs): what is measured is a function
+    of the flags, never of the machine's speed or load."""
     from seeupo.experiments import check
 
-    start = getattr(check, which)
-    if seconds is not None:
-        start = start.__class__(**{**start.__dict__, "seconds": seconds})
-    cal = check.Calibration(iteration=0.3, search_case=0.15, seconds=2.0, gradient_call=0.01)
-    budget = check.fit("grpo", start, cal, exact=True, bridge=True, searches=5)
-    estimate = check.plan("grpo", budget, cal, exact=True, bridge=True, searches=5)
-    assert estimate.total <= start.seconds + 1e-9, estimate
-    assert estimate.gradient == pytest.approx(cal.gradient_call * estimate.gradient_calls)
-    assert budget.max_examples <= start.max_examples and budget.verify.iterations <= start.verify.iterations
+    budget = getattr(check, which)
+    fast = check.Calibration(iteration=1e-4, search_case=1e-4, seconds=0.1, gradient_call=1e-5)
+    slow = check.Calibration(iteration=1.0, search_case=1.0, seconds=100.0, gradient_call=0.1)
+    a, b = (check.plan("grpo", budget, cal, exact=True, bridge=True, searches=9) for cal in (fast, slow))
+    sizes = ("cells", "instances", "iterations", "searches", "bridge_seeds", "max_examples", "bridge_runs",
+             "bridge_steps", "gradient_calls")
+    assert {k: getattr(a, k) for k in sizes} == {k: getattr(b, k) for k in sizes}
+    assert b.total > 10 * a.total  # the estimate follows the machine (the bridge's is a fixed figure)
+    assert (a.max_examples, a.iterations, a.instances) == (budget.max_examples, budget.verify.iterations,
+                                                           budget.verify.instances)
+
+
+def test_the_quick_plan_is_a_prefix_of_the_default():
+    """--quick draws the default's problems and starts (the same instances and seeds), runs the same update (epochs)
+    and evaluates the first of the default's search cases: fewer iterations, cells, cases and ascent steps."""
+    from seeupo.experiments.check import DEFAULT, QUICK
+
+    q, d = QUICK.verify, DEFAULT.verify
+    same = ("instances", "exact_epochs", "turns_mt", "families", "turns_agentic", "vocab_size", "length", "reward_levels",
+            "group_size", "seed", "tol")
+    assert {k: getattr(q, k) for k in same} == {k: getattr(d, k) for k in same}
+    assert q.iterations <= d.iterations and set(q.modes) <= set(d.modes)
+    assert set(q.parameterizations) <= set(d.parameterizations)
+    qg, dg = QUICK.gradient, DEFAULT.gradient
+    assert dataclasses.replace(qg, ascent_steps=dg.ascent_steps) == dg and qg.ascent_steps <= dg.ascent_steps
+    assert QUICK.max_examples <= DEFAULT.max_examples and QUICK.seconds is None and DEFAULT.seconds is None
+
+
+def _plan(**sizes):
+    from seeupo.experiments.check import Plan
+
+    base = dict(cells=2, instances=3, iterations=4, searches=2, bridge_seeds=[0], max_examples=10, bridge_runs=0,
+                bridge_steps=5, calibration=0.0, verify=0.0, search_time=0.0, bridge=0.0, gradient=0.0, gradient_calls=0,
+                total=0.0, budget=None)
+    return Plan(**base | sizes)
+
+
+def _searched(search: str, examples: int, stopped: str = ""):
+    from seeupo.experiments.check import SearchEntry
+
+    return SearchEntry(search=search, description=search, max_examples=10, examples=examples, moved=examples, seed=0,
+                       found=False, stopped=stopped, seconds=0.0)
+
+
+def test_an_unfinished_plan_is_inconclusive_and_a_decrease_found_still_decides():
+    from seeupo.experiments.check import INCONCLUSIVE, monotonicity, unfinished_parts
+
+    cells = [_moved_cell(), _moved_cell()]
+    report = {"cells": cells, "counterexamples": []}
+    done = [_searched("a", 10), _searched("b", 10)]
+    assert unfinished_parts(_plan(), {"skipped": "no exact mode"}, report, done, None) == []
+    assert monotonicity(report, done, []).measured == "monotone"
+    cut = [_searched("a", 10), _searched("b", 3, "budget")]
+    parts = unfinished_parts(_plan(), {}, report, cut, "budget")
+    assert parts == ["13 of 20 search cases"]
+    verdict = monotonicity(report, cut, parts)
+    assert verdict.measured == INCONCLUSIVE and verdict.evidence[0].startswith("13 of 20 search cases measured")
+    # a search not reached, a verify part stopped after one of two cells
+    short = {"cells": cells[:1], "counterexamples": [], "partial": True}
+    assert unfinished_parts(_plan(), {}, short, done[:1], "SIGINT") == ["1 of 2 verify cells", "10 of 20 search cases"]
+    # a counterexample found before the stop is still one
+    assert monotonicity(report, [*cut, _found("c", "std scaling")], parts).measured == "J decreased"
+
+
+@pytest.mark.parametrize("partial, measured, fail_on_decrease, status", [
+    ("budget", "inconclusive", False, 1),
+    ("budget", None, False, 1),  # stopped before anything finished
+    ("budget", "J decreased", False, 0),  # what it found is evidence enough
+    ("budget", "J decreased", True, 1),
+])
+def test_a_budget_stop_is_judged_by_its_verdict(partial, measured, fail_on_decrease, status):
+    from seeupo.experiments.check import BridgeResult, MonotonicityVerdict, exit_status
+
+    verdict = MonotonicityVerdict(measured, ["3 of 20 search cases measured"])
+    got, line = exit_status(partial, BridgeResult(skipped="--no-bridge"), verdict, fail_on_decrease)
+    assert got == status
+    if measured != "J decreased":
+        assert line.startswith("inconclusive: ") and line.endswith("(stopped by its --budget)")
+
+
+def test_the_budget_is_an_alarm_that_stops_the_run_as_a_signal_does():
+    """The watch's alarm raises Interrupted('budget') in the main thread and records it; leaving the watch cancels it."""
+    from seeupo.experiments.check import BUDGET, Interrupted, SignalWatch
+
+    with SignalWatch(time.monotonic() + 0.05) as watch:
+        with pytest.raises(Interrupted, match=BUDGET):
+            time.sleep(5)
+    assert watch.received == [BUDGET] and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with SignalWatch(time.monotonic() + 60):
+        pass
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # an alarm not rung is cancelled on the way out
 
 
 def test_plan_prices_each_part_by_its_own_calibration():
@@ -369,17 +451,6 @@ def test_plan_prices_each_part_by_its_own_calibration():
     cells = 2 + len(cfg.families)  # ST and MT on token bandits, then each family (exact, independent: --quick)
     expected = (2 * 0.2 + len(cfg.families) * 0.5) * cfg.iterations / min(cfg.workers, cells) + check.POOL_START_SECONDS
     assert estimate.cells == cells and estimate.verify == pytest.approx(expected)
-
-
-def test_fit_never_grows_the_sizes_and_keeps_the_minimums():
-    from seeupo.experiments.check import DEFAULT, MIN_EXAMPLES, MIN_ITERATIONS, Calibration, fit
-
-    slow = Calibration(iteration=50.0, search_case=50.0, seconds=2.0, gradient_call=0.01)
-    budget = fit("grpo", DEFAULT, slow, exact=True, bridge=False, searches=5)
-    assert budget.max_examples == MIN_EXAMPLES and budget.verify.iterations == MIN_ITERATIONS
-    fast = Calibration(iteration=1e-4, search_case=1e-4, seconds=0.1, gradient_call=1e-4)
-    budget = fit("grpo", DEFAULT, fast, exact=True, bridge=False, searches=5)
-    assert budget.max_examples == DEFAULT.max_examples and budget.verify.iterations == DEFAULT.verify.iterations
 
 
 # ---- the gradient part
@@ -443,3 +514,67 @@ def test_a_decrease_on_a_flat_surrogate_is_reported_apart_and_not_counted():
     assert both.measured == "J decreased"
     assert both.evidence[0].startswith("x_mt_stochastic: J 0.125000 -> 0.123288")
     assert both.evidence[-1].startswith("not counted: J fell on a flat surrogate in x_st_stochastic")
+
+
+# ---- a verdict is a function of its inputs, and more work only adds evidence
+
+
+def _verdict_fields(report: dict) -> dict:
+    """What a check concluded, without its times: the verdicts, the cases they rest on, the field's replays."""
+    g = report["gradient"]
+    return {
+        "monotonicity": report["monotonicity"], "field": report.get("field"),
+        "gradient": [g["direction"], g["fixed_point"], [(f["family"], f["turns"], f["verdict"], f["counts"],
+                                                        f.get("fixed_point", {}).get("counts")) for f in g["families"]]],
+        "cells": sorted((c["setting"], c["mode"], c["parameterization"], c["verdict"], c["violations"], c["worst_J"])
+                        for c in report["verify"]["cells"]),
+        "searches": [(s["search"], s["examples"], s["found"], s.get("J"), s.get("stopped")) for s in report["searches"]],
+    }
+
+
+@pytest.mark.slow
+def test_a_check_gives_the_same_verdict_beside_cpu_bound_processes(tmp_path):
+    """The same check twice, the second beside two processes that keep every core busy: the same verdict, cells,
+    search cases and field replays (no time is asserted: only what was measured)."""
+    args = ("check", "grpo", "--quick", "--no-bridge", "--no-progress", "--max-examples", "4")
+    quiet = seeupo(*args, "--out", "quiet", cwd=tmp_path)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        busy = seeupo(*args, "--out", "busy", cwd=tmp_path)
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    assert quiet.returncode == busy.returncode == 0, quiet.stderr[-2000:] + busy.stderr[-2000:]
+    a, b = (json.loads((tmp_path / out / "check.json").read_text()) for out in ("quiet", "busy"))
+    assert _verdict_fields(a) == _verdict_fields(b)
+    assert a["partial"] is None and b["partial"] is None
+
+
+@pytest.mark.slow
+def test_what_the_quick_check_finds_the_default_finds(tmp_path):
+    """--quick's evidence is a prefix of the default's: every case a quick search found, the default's search finds
+    (the same case), the gradient directions are the same cases, and the quick cells' J are the first iterations of
+    the default's cells."""
+    from seeupo.experiments.check import DEFAULT, QUICK, check
+
+    def run(budget, out):
+        return check("grpo", budget, tmp_path / out, bridge=False, say=lambda m: None).to_dict()
+
+    quick, default = run(QUICK, "quick"), run(DEFAULT, "default")
+    assert quick["monotonicity"]["measured"] == "J decreased"
+    assert default["monotonicity"]["measured"] == "J decreased"
+    found = {s["search"]: s for s in default["searches"]}
+    for s in quick["searches"]:
+        if s["found"]:
+            assert found[s["search"]]["found"] and found[s["search"]]["J"] == s["J"]
+            assert found[s["search"]]["examples"] == s["examples"]
+    qg, dg = quick["gradient"]["families"], default["gradient"]["families"]
+    assert [(f["family"], f["turns"], f["counts"], f["worst"]) for f in qg] == \
+           [(f["family"], f["turns"], f["counts"], f["worst"]) for f in dg]
+    cells = {(c["setting"], c["mode"], c["parameterization"]): c for c in default["verify"]["cells"]}
+    for c in quick["verify"]["cells"]:
+        mine = cells[(c["setting"], c["mode"], c["parameterization"])]
+        if mine["worst_instance"] == c["worst_instance"]:
+            assert mine["worst_J"][: len(c["worst_J"])] == pytest.approx(c["worst_J"], abs=1e-12)
+    assert quick["field"] == default["field"]  # the same update on the same committed cases

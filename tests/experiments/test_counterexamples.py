@@ -279,25 +279,66 @@ def test_robust_decrease_needs_both_drops(monkeypatch):
         assert robust_decrease(case, 1e-7) is expected
 
 
-def test_shrinking_stops_at_its_time_limit_on_a_fake_clock(monkeypatch):
-    """Every case with a nonzero reward fails (so a random failing case has much to shrink); the clock moves 1 s per
-    reading, so shrinking stops at the first check past the limit, keeping the failing case as not minimal."""
-    import itertools
-    import time
-
+def test_shrinking_stops_after_its_evaluations():
+    """Every case with a nonzero reward fails (so a random failing case has much to shrink): shrinking stops after
+    its count of evaluations, keeping the failing case as not minimal; without the limit it goes on."""
     from seeupo.experiments.counterexamples import search
     from seeupo.experiments.searches import algorithm_searches
 
-    ticks = itertools.count()
-    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
     spec = algorithm_searches("grpo")[0]
-    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20,
-                    condition=lambda case: float(case.problem.rewards[0].abs().sum()) > 0, shrink_seconds=3.0)
-    assert result.stopped == "budget" and result.found is not None
-    assert "not minimal" in result.found.search["stopped"]
-    unlimited = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20,
-                       condition=lambda case: float(case.problem.rewards[0].abs().sum()) > 0, shrink_seconds=None)
-    assert unlimited.stopped == "" and unlimited.examples > result.examples  # the limit, not the search, stopped it
+    fails = lambda case: float(case.problem.rewards[0].abs().sum()) > 0  # noqa: E731
+    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20, condition=fails,
+                    shrink_calls=3)
+    assert result.stopped == "" and result.found is not None and result.shrink_calls == 3
+    assert "shrinking stopped after 3 evaluations" in result.found.search["stopped"]
+    unlimited = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=20, condition=fails,
+                       shrink_calls=None)
+    assert unlimited.stopped == "" and unlimited.shrink_calls > 3 and "stopped" not in unlimited.found.search
+    assert unlimited.examples == result.examples  # the same first failing case: only the shrinking differs
+
+
+def test_a_search_evaluates_its_planned_cases_and_a_smaller_plan_is_a_prefix():
+    """No clock decides what a search measures: it evaluates exactly its planned cases, the same ones on every run, and
+    the cases of a plan of 8 are the first 8 of a plan of 30 (hypothesis draws with a fixed ``max_examples``)."""
+    import json
+
+    from seeupo.experiments.counterexamples import search
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.tabular.instances import problem_to_dict
+
+    spec = algorithm_searches("grpo")[2]
+
+    def drawn(n: int) -> list[str]:
+        seen: list[str] = []
+
+        def never(case) -> bool:
+            seen.append(json.dumps(problem_to_dict(case.problem), sort_keys=True) + repr(case.algorithm) + repr(case.run)
+                        + repr(case.start))
+            return False
+
+        result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=n, condition=never)
+        assert result.examples == n == len(seen) and result.stopped == "" and result.found is None
+        return seen
+
+    small, large = drawn(8), drawn(30)
+    assert small == large[:8] and drawn(30) == large
+    assert len(set(large)) > 8  # the larger plan draws cases of its own
+
+
+def test_a_decrease_found_by_a_small_plan_is_found_by_a_larger_one():
+    """Nesting: the first failing case of a plan of 8 is the first of a plan of 40, so more cases never lose it."""
+    from seeupo.experiments.counterexamples import search
+    from seeupo.experiments.searches import algorithm_searches
+
+    spec = algorithm_searches("grpo")[0]
+    fails = lambda case: case.algorithm.group_size == 3  # noqa: E731 - some early case has G = 3
+    small = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=8, condition=fails,
+                   shrink_calls=0)
+    large = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=40, condition=fails,
+                   shrink_calls=0)
+    assert small.found is not None and large.found is not None and small.examples == large.examples <= 8
+    same = lambda found: {k: v for k, v in found.to_dict().items() if k != "search"}  # noqa: E731 - its plan differs
+    assert same(small.found) == same(large.found)
 
 
 def test_agentic_searches_record_their_family_and_verify_reads_it(tmp_path):

@@ -25,17 +25,20 @@ and writes ``OUT/check.md`` (a report to paste), ``OUT/check.json`` (everything 
 The verdict on monotonicity uses :data:`seeupo.experiments.verdicts.MEASURED`: ``J decreased``
 when an exact update lowered ``J`` (a replaying counterexample or a random instance), ``no
 learning signal`` when some exact cell or search never moved ``J`` (nothing was measured there),
-else ``monotone`` with the budget that found nothing. It says what was measured, not that the
+``inconclusive`` when the plan did not finish, else ``monotone`` with the plan that found nothing. It says what was measured, not that the
 algorithm is monotone: a search that finds nothing bounds nothing beyond its cases. The
 counterexamples the searches find are replayed into the verify cells too
 (:func:`seeupo.experiments.verify.apply_counterexamples`): one report, one truth.
 
-Time. Before it starts, ``check`` times one small unit of each part on this machine (a
-two-iteration cell, three search cases), prints its plan with an estimate and, given a budget in
-seconds, fits it: fewer verify iterations first, then fewer search cases; each search also stops at
-its share of the time left (a case found is kept, not shrunk to the end). The bridge keeps its
-steps and warm-up (they are the bridge's own settings) but may run fewer seeds, at least one: its
-estimate is a fixed figure measured on 2 CPU cores (:mod:`~seeupo.experiments.check.planning`).
+Plan and time. What a check measures is a function of the algorithm, its plugins' content, the
+flags and the seed: every part has a fixed, seeded number of cases (gradient problems and starts,
+verify problems and iterations, search cases), printed in the plan, the same on any machine, and
+the quick check's are a prefix of the default's, so more work only adds evidence. Before it starts,
+``check`` times one small unit of each part on this machine (a two-iteration cell, three search
+cases) for the estimate it prints. ``--budget SECONDS`` is an alarm: when it passes, the check
+stops where it is and writes a partial report whose verdict is ``inconclusive: k of n planned ...
+measured`` unless a decrease was already found (a counterexample found is still one). It never
+makes the plan smaller (:mod:`~seeupo.experiments.check.planning`).
 
 Explanations. Each counterexample a search finds (and that replays) is explained
 (:mod:`seeupo.experiments.explain`): the one-line cause goes next to it in check.md, the full text
@@ -51,32 +54,32 @@ finished, marked partial, with every counterexample found so far (a search inter
 shrinking keeps its last failing case; :class:`SignalWatch`). ``--overwrite`` never deletes: an earlier check's files
 are moved into ``previous-<UTC time>/`` in the same folder, and the report lists them.
 
-The package, in the order of a check: :mod:`~seeupo.experiments.check.planning` (the budget, this
-machine's speed, the estimate and the sizes that fit), :mod:`~seeupo.experiments.check.run` (the
+The package, in the order of a check: :mod:`~seeupo.experiments.check.planning` (the sizes, this
+machine's speed and the estimate), :mod:`~seeupo.experiments.check.run` (the
 parts, :func:`check` and :func:`compare`), :mod:`~seeupo.experiments.check.verdict` (what the
 measurements say), :mod:`~seeupo.experiments.check.report` (the typed reports, check.json, the exit
 status) and :mod:`~seeupo.experiments.check.render` (check.md, check.png, the summary line).
 """
 
-from seeupo.experiments.check.planning import (BRIDGE_BASELINES, DEFAULT, MIN_EXAMPLES, MIN_ITERATIONS, POOL_START_SECONDS,
-                                           QUICK, Calibration, CheckBudget, Plan, bridge_presets, calibrate, fit,
-                                           gradient_calls, gradient_seconds, plan, plan_text)
+from seeupo.experiments.check.planning import (BRIDGE_BASELINES, DEFAULT, POOL_START_SECONDS, QUICK, Calibration,
+                                               CheckBudget, Plan, bridge_presets, calibrate, gradient_calls,
+                                               gradient_seconds, plan, plan_text)
 from seeupo.experiments.check.render import (OUTPUTS, bridge_markdown, compare_markdown, explanation_line,
                                              gradient_headline, gradient_markdown, markdown, prepare_output,
                                              summary_line, write)
-from seeupo.experiments.check.report import (BridgeResult, CheckReport, ComparePlan, CompareReport, Explanation,
+from seeupo.experiments.check.report import (BUDGET, INCONCLUSIVE, BridgeResult, CheckReport, ComparePlan, CompareReport, Explanation,
                                              Learning, MonotonicityVerdict, SearchEntry, Warmup, exit_status)
 from seeupo.experiments.check.run import (Interrupted, SignalWatch, check, compare, explain_case, run_bridge,
                                           run_searches)
 from seeupo.experiments.check.verdict import (BRIDGE_TOLERANCE, COMMITTED_COUNTEREXAMPLES, committed_counterexamples,
-                                              learning, monotonicity)
+                                              learning, monotonicity, unfinished_parts)
 
 __all__ = [
-    "BRIDGE_BASELINES", "BRIDGE_TOLERANCE", "COMMITTED_COUNTEREXAMPLES", "DEFAULT", "MIN_EXAMPLES", "MIN_ITERATIONS",
+    "BRIDGE_BASELINES", "BRIDGE_TOLERANCE", "BUDGET", "COMMITTED_COUNTEREXAMPLES", "DEFAULT", "INCONCLUSIVE",
     "OUTPUTS", "POOL_START_SECONDS", "QUICK", "BridgeResult", "Calibration", "CheckBudget", "CheckReport",
     "ComparePlan", "CompareReport", "Explanation", "Interrupted", "Learning", "MonotonicityVerdict", "Plan",
     "SearchEntry", "SignalWatch", "Warmup", "bridge_markdown", "bridge_presets", "calibrate", "check",
-    "committed_counterexamples", "compare", "compare_markdown", "exit_status", "explain_case", "explanation_line", "fit", "gradient_calls",
+    "committed_counterexamples", "compare", "compare_markdown", "exit_status", "explain_case", "explanation_line", "gradient_calls",
     "gradient_headline", "gradient_markdown", "gradient_seconds", "learning", "markdown", "monotonicity", "plan",
-    "plan_text", "prepare_output", "run_bridge", "run_searches", "summary_line", "write",
+    "plan_text", "prepare_output", "run_bridge", "run_searches", "summary_line", "unfinished_parts", "write",
 ]

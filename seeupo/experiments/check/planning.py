@@ -1,24 +1,22 @@
 """The plan of ``seeupo check``: how much it measures (:class:`CheckBudget`), how fast this machine is
-(:func:`calibrate`), what each part should cost (:func:`plan`) and the sizes that fit a budget (:func:`fit`).
+(:func:`calibrate`) and what each part should cost (:func:`plan`).
 
-Each part is timed on this machine (a two-iteration cell, three search cases, one expected
-direction); the bridge's estimate is a fixed figure measured on 2 CPU cores
-(:data:`BRIDGE_SECONDS_PER_STEP`, ...). Given a budget in seconds, :func:`fit` shrinks the verify
-iterations first, then the search cases; the bridge keeps its steps and warm-up (its own settings)
-but may run fewer seeds, at least one.
+The sizes are the budget's own, never this machine's: every part has a fixed, seeded number of
+cases (the flags decide it), so that the verdict is a function of the algorithm, its plugins, the
+flags and the seed. Each part is timed on this machine (a two-iteration cell, three search cases,
+one expected direction) for the estimate only; the bridge's estimate is a fixed figure measured on
+2 CPU cores (:data:`BRIDGE_SECONDS_PER_STEP`, ...). A budget in seconds stops the check when it
+passes; it never changes what is planned, and a check it stops is inconclusive.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from seeupo.experiments.gradient_check import QUICK as QUICK_GRADIENT
 from seeupo.experiments.gradient_check import GradientConfig
-from seeupo.experiments.verify import QUICK as QUICK_VERIFY
 from seeupo.experiments.verify import VerifyConfig
 
 @dataclass(frozen=True)
@@ -41,7 +39,9 @@ class CheckBudget:
     25 steps (P = 0.93, 0.93, 0.94); then at lr 1e-3 with 4 x 4 rollouts ``grpo`` raises the exact
     ``J`` by 0.22-0.26 in 3 steps and 0.33-0.39 in 5, ``seeupo`` by 0.16-0.24 in 3 and 0.32-0.42
     in 5, with no collapse (at lr 3e-3 and 8 x 8, ``seeupo`` fell to J = 0 in 2 of 3 seeds).
-    seconds: the wall-clock time the whole check should fit (:func:`fit`); ``None``: the sizes as given.
+    seconds: a wall-clock limit: the check stops when it passes, with a partial report whose verdict is
+      inconclusive unless a decrease was found (``None``: no limit, the plan runs to its end). It never
+      changes the sizes above.
 
     Wall time of the bridge on a shared 2-core machine (load 3-4): 9 s quick, 20-23 s default
     (three algorithms x three seeds x five steps, model loading and warm-ups included).
@@ -62,19 +62,20 @@ class CheckBudget:
     gradient: GradientConfig = GradientConfig()
 
 
-#: The default fits 3 minutes on 2 CPU cores (benchmarks/check_time.py): 170 s planned, the rest
-#: for starting Python and writing the report.
+#: The default check (benchmarks/RESULTS.md gives its time against the estimate).
 DEFAULT = CheckBudget(VerifyConfig(instances=12, iterations=15, counterexample_dir=""), max_examples=150,
-                      bridge_steps=5, bridge_seeds=(0, 1, 2), bridge_warmup=100, seconds=170.0)
-#: --quick: small sizes within a stated budget of a minute (the searches and their shrinking stop at their share).
-QUICK = CheckBudget(dataclasses.replace(QUICK_VERIFY, counterexample_dir=""), max_examples=8,
-                    bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100, gradient=QUICK_GRADIENT, seconds=60.0)
+                      bridge_steps=5, bridge_seeds=(0, 1, 2), bridge_warmup=100)
+#: --quick: a prefix of the default's evidence (the same problems, starts, epochs and search cases, fewer of them),
+#: so that what it finds the default finds too.
+#: Its problems are the default's (problems are drawn as a batch: fewer would be other problems), with fewer
+#: iterations, exact independent-parameter cells only, fewer search cases and ascent steps, and one bridge seed.
+QUICK = CheckBudget(dataclasses.replace(DEFAULT.verify, iterations=8, modes=("exact",), parameterizations=("independent",)),
+                    max_examples=8, bridge_steps=3, bridge_seeds=(0,), bridge_warmup=100,
+                    gradient=dataclasses.replace(DEFAULT.gradient, ascent_steps=150))
 
 #: The built-in algorithms run beside the checked one on the bridge, on the same settings.
 BRIDGE_BASELINES = ("grpo", "seeupo")
 
-MIN_ITERATIONS = 6  # fewer verify iterations than this say little about convergence
-MIN_EXAMPLES = 2  # cases per search, whatever the budget (the deadline still stops it)
 SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
 SHRINK_MARGIN = 1.0  # shrinking a case found costs more, but the calibrated cases include hypothesis's start-up, which
 # overstates a case by about as much (measured: 26 planned cases ran in 1-2 s a search); the deadlines bound the rest
@@ -85,7 +86,6 @@ WRITE_SECONDS = 5.0  # the report, figure and replay at the end
 BRIDGE_SECONDS_PER_STEP = 0.3  # one training step of one algorithm (the algorithm and its baselines each train)
 BRIDGE_SECONDS_PER_WARMUP_STEP = 0.05  # a format warm-up step, counted at the cap (it stops earlier at the target)
 BRIDGE_LOAD_SECONDS = 3.0  # per seed: building the model and the trainers
-BRIDGE_SHARE = 2 / 3  # the bridge may take this much of a budget (fewer seeds, at least one)
 POOL_START_SECONDS = 5.0  # verify's worker processes import torch and the plugins
 
 
@@ -260,35 +260,6 @@ def bridge_presets(name: str, budget: CheckBudget) -> tuple[str, ...]:
     return tuple(dict.fromkeys((name, *BRIDGE_BASELINES, *budget.bridge_also)))
 
 
-def fit(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridge: bool, searches: int) -> CheckBudget:
-    """``budget`` scaled to fit ``budget.seconds`` by the estimate of :func:`plan` (unchanged without a budget).
-
-    The bridge may take :data:`BRIDGE_SHARE` of it (fewer seeds, at least one: its steps and
-    warm-up are the bridge's own settings); the verify cells at most a third of what the bridge
-    leaves (fewer iterations, down to :data:`MIN_ITERATIONS`); the searches get the rest (fewer
-    cases, down to :data:`MIN_EXAMPLES`). Sizes only shrink, never grow beyond ``budget``'s own.
-    """
-    if budget.seconds is None:
-        return budget
-    if bridge:
-        per_seed = plan(name, dataclasses.replace(budget, bridge_seeds=(0,)), cal, exact=exact, bridge=True,
-                        searches=searches).bridge
-        seeds = max(1, min(len(budget.bridge_seeds), math.floor(budget.seconds * BRIDGE_SHARE / per_seed)))
-        budget = dataclasses.replace(budget, bridge_seeds=budget.bridge_seeds[:seeds])
-    first = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches)
-    free = budget.seconds - cal.seconds - WRITE_SECONDS - first.bridge - first.gradient
-    cfg = budget.verify
-    if first.verify > free / 3 and first.verify > 0:
-        iterations = max(MIN_ITERATIONS, math.floor(cfg.iterations * (free / 3) / first.verify))
-        cfg = dataclasses.replace(cfg, iterations=min(cfg.iterations, iterations))
-    budget = dataclasses.replace(budget, verify=cfg)
-    verify_s = plan(name, budget, cal, exact=exact, bridge=bridge, searches=searches).verify
-    if exact and searches and cal.search_case > 0:
-        cases = math.floor((free - verify_s) / (searches * cal.search_case * SHRINK_MARGIN))
-        budget = dataclasses.replace(budget, max_examples=max(MIN_EXAMPLES, min(budget.max_examples, cases)))
-    return budget
-
-
 def plan_text(p: Plan) -> str:
     """The plan as printed before the check starts."""
     parts = [f"gradient {p.gradient_calls} exact directions ~{p.gradient:.0f} s"] if p.gradient_calls else []
@@ -298,6 +269,7 @@ def plan_text(p: Plan) -> str:
     if p.bridge_runs:
         parts.append(f"bridge {p.bridge_runs} runs x {p.bridge_steps} steps ~{p.bridge:.0f} s")
     budget = f"; budget {p.budget:.0f} s" if p.budget else ""
-    over = " (over the budget: the searches stop at their share of it)" if p.budget and p.total > p.budget else ""
+    over = (" (over the budget: the check will stop there, inconclusive unless J decreased first)"
+            if p.budget and p.total > p.budget else "")
     return ("plan: " + "; ".join(parts) + f"; estimate {p.total:.0f} s in all (calibrated on this machine in "
             f"{p.calibration:.0f} s){budget}{over}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from seeupo.experiments.check.report import BridgeResult, CheckReport, CompareReport, Learning, SearchEntry
+from seeupo.experiments.check.report import INCONCLUSIVE, BridgeResult, CheckReport, CompareReport, Learning, SearchEntry
 from seeupo.experiments.verdicts import refused_label, search_outcome
 
 #: What ``seeupo check`` writes in its folder (``--overwrite`` moves these aside, never deletes them).
@@ -63,6 +63,8 @@ def summary_line(report: CheckReport) -> str:
     gradient = gradient_headline(report.gradient)
     if mono.measured is None:  # refused or nothing finished: the reason first, the gradient words where measured
         return f"{prefix}: " + mono.evidence[0] + ("" if "skipped" in report.gradient else f"; {gradient}")
+    if mono.measured == INCONCLUSIVE:  # how much of the plan ran comes first: that is the verdict
+        return f"{prefix}: {mono.measured}: {mono.evidence[0]}; {gradient}" + "".join(f"; {e}" for e in mono.evidence[1:])
     return f"{prefix}: {mono.measured}; {gradient}; " + "; ".join(mono.evidence)
 
 

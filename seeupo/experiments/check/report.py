@@ -11,6 +11,7 @@ write: the verify report (:func:`seeupo.experiments.verify.verify`), the gradien
 from __future__ import annotations
 
 import signal
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +19,17 @@ from seeupo.experiments.check.planning import Plan
 from seeupo.experiments.verdicts import NO_SIGNAL
 
 DECREASED = "J decreased"  # the verdict of :func:`seeupo.experiments.check.verdict.monotonicity` that a case lowered J
+#: What a check stopped by its budget records as its ``partial`` (a signal's name otherwise).
+BUDGET = "budget"
+#: The verdict of a check whose plan did not finish (a budget or a signal stopped it) and that found no decrease.
+INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
 class MonotonicityVerdict:
-    """The verdict on exact monotonicity: ``measured`` (``J decreased``, ``no learning signal``, ``monotone``;
-    ``None`` when nothing was measured: refused, or stopped first) and its ``evidence``, one sentence each."""
+    """The verdict on exact monotonicity: ``measured`` (``J decreased``, ``inconclusive``, ``no learning signal``,
+    ``monotone``; ``None`` when nothing was measured: refused, or stopped first) and its ``evidence``, one sentence
+    each (an inconclusive verdict's first says how much of the plan was measured)."""
 
     measured: str | None
     evidence: list[str]
@@ -57,14 +63,66 @@ class Explanation:
         return cls(**d)
 
 
+#: A fall of ``J`` larger than this in a field replay is a decrease (the searches' own tolerance).
+FIELD_TOL = 1e-7
+
+
+@dataclass(frozen=True)
+class FieldReplay:
+    """One committed counterexample run with the checked algorithm's own update.
+
+    ``file``: the committed file (from ``paper_repro`` on); ``setting``, ``parameterization``,
+    ``group_size``, ``iterations``: the run; ``J``: the exact ``J`` after each update;
+    ``largest_decrease``: the largest fall of ``J`` in one update (negative when it only rose);
+    ``decreased``: above :data:`FIELD_TOL`. A decrease adds ``case`` (this algorithm's
+    counterexample, relative to the check's folder), ``reproduces`` (its replay) and its
+    ``explanation``.
+    """
+
+    file: str
+    setting: str
+    parameterization: str
+    group_size: int
+    iterations: int
+    J: list[float]
+    largest_decrease: float
+    decreased: bool
+    case: str | None = None
+    reproduces: bool | None = None
+    explanation: Explanation | None = None
+
+    @property
+    def counts(self) -> bool:
+        """Whether this replay is evidence that the algorithm lowers ``J``: a decrease that replays and is not on a
+        flat surrogate (:attr:`seeupo.experiments.check.report.SearchEntry.on_flat_surrogate`)."""
+        flat = self.explanation is not None and self.explanation.cause == "flat surrogate"
+        return self.decreased and self.reproduces is not False and not flat
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"file": self.file, "setting": self.setting, "parameterization": self.parameterization,
+             "group_size": self.group_size, "iterations": self.iterations, "J": self.J,
+             "largest_decrease": self.largest_decrease, "decreased": self.decreased}
+        if self.decreased:
+            d |= {"case": self.case, "reproduces": self.reproduces,
+                  "explanation": None if self.explanation is None else self.explanation.to_dict()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FieldReplay:
+        e = d.get("explanation")
+        return cls(**{k: v for k, v in d.items() if k != "explanation"},
+                   explanation=None if e is None else Explanation.from_dict(e))
+
+
 @dataclass(frozen=True)
 class SearchEntry:
     """One monotonicity search of a check.
 
-    ``search``, ``description``: the search; ``max_examples``: its budget of cases; ``examples``:
-    cases evaluated, shrinking included; ``moved``: cases in which the update moved ``J`` at all;
-    ``seed``; ``found``: whether a case lowered ``J``; ``stopped``: why it ended early (``""``,
-    ``"budget"``, ``"interrupted"``); ``seconds``. A case found adds its ``file`` (relative to the
+    ``search``, ``description``: the search; ``max_examples``: its planned cases; ``examples``:
+    cases evaluated, shrinking not counted; ``moved``: cases in which the update moved ``J`` at all;
+    ``seed``; ``found``: whether a case lowered ``J``; ``stopped``: why it ended before its plan
+    (``""``: it did not, ``"budget"``, ``"interrupted"``); ``exhausted``: hypothesis had no more
+    distinct cases before ``max_examples`` (the plan is complete); ``seconds``. A case found adds its ``file`` (relative to the
     check's folder), ``J`` per iteration, ``largest_decrease``, ``group_size``, ``turns``,
     ``setting`` and ``parameterization``; and, unless the search was interrupted, ``reproduces``
     (its replay) and its ``explanation``.
@@ -79,6 +137,7 @@ class SearchEntry:
     found: bool
     stopped: str
     seconds: float
+    exhausted: bool = False
     file: str | None = None
     J: list[float] | None = None
     largest_decrease: float | None = None
@@ -104,7 +163,7 @@ class SearchEntry:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"search": self.search, "description": self.description, "max_examples": self.max_examples,
                              "examples": self.examples, "moved": self.moved, "seed": self.seed, "found": self.found,
-                             "stopped": self.stopped}
+                             "stopped": self.stopped} | ({"exhausted": True} if self.exhausted else {})
         if self.found:
             d |= {"file": self.file, "J": self.J, "largest_decrease": self.largest_decrease, "group_size": self.group_size,
                   "turns": self.turns, "setting": self.setting, "parameterization": self.parameterization}
@@ -220,7 +279,8 @@ class CheckReport:
     words, which were consulted; ``gradient``: the gradient part (JSON, ``{"skipped": why}`` when
     not run); ``verify``: the verify report (JSON); ``table_row``: ``advantage``, ``update``,
     ``level``; ``searches``; ``bridge``; ``partial``: the signal that stopped the check, or ``None``;
-    ``moved_aside``: an earlier check's files moved by ``--overwrite``; ``files_in``: the folder the
+    ``moved_aside``: an earlier check's files moved by ``--overwrite``; ``field``: the field's committed
+    counterexamples replayed with the algorithm's own update (:mod:`~seeupo.experiments.check.field`); ``files_in``: the folder the
     files' paths start from when the report is written elsewhere (``compare``), else ``None``;
     ``times``: seconds per part; ``seconds``: in all.
     """
@@ -245,6 +305,7 @@ class CheckReport:
     files_in: str | None
     times: dict[str, float]
     seconds: float
+    field: list[FieldReplay] = dataclasses.field(default_factory=list)
 
     def exit_status(self, fail_on_decrease: bool) -> tuple[int, str | None]:
         """``seeupo check``'s exit status and the line to print on stderr, if any (:func:`exit_status`)."""
@@ -255,6 +316,8 @@ class CheckReport:
                 "budget": self.budget, "plan": {} if self.plan is None else self.plan.to_dict(),
                 "exact_mode": self.exact_mode, "exact_refused": self.exact_refused,
                 "monotonicity": self.monotonicity.to_dict(), "committed_counterexamples": self.committed_counterexamples,
+                # a report of before the field part has none (kept as written)
+                **({"field": [f.to_dict() for f in self.field]} if self.field else {}),
                 "gradient": self.gradient, "verify": self.verify, "table_row": self.table_row,
                 "searches": [s.to_dict() for s in self.searches], "bridge": self.bridge.to_dict(), "partial": self.partial,
                 "moved_aside": self.moved_aside, "files_in": self.files_in, "times": self.times, "seconds": self.seconds}
@@ -264,6 +327,7 @@ class CheckReport:
         return cls(**d | {"plan": Plan.from_dict(d["plan"]) if d["plan"] else None,
                           "monotonicity": MonotonicityVerdict.from_dict(d["monotonicity"]),
                           "searches": [SearchEntry.from_dict(s) for s in d["searches"]],
+                          "field": [FieldReplay.from_dict(f) for f in d.get("field", [])],
                           "bridge": BridgeResult.from_dict(d["bridge"])})
 
 
@@ -328,14 +392,18 @@ def exit_status(partial: str | None, bridge: BridgeResult, verdict: Monotonicity
     """``seeupo check``'s exit status and the line it prints on stderr (``None``: nothing to say).
 
     128 + N when signal N stopped the check (as the shell reports it); 1 when the evidence is
-    empty (a vacuous bridge, ``no learning signal``) or, with ``fail_on_decrease``, when ``J``
-    decreased; else 0. ``verdict``: the checked algorithm's (``None`` only when stopped first).
+    empty or incomplete (``inconclusive``, a vacuous bridge, ``no learning signal``) or, with
+    ``fail_on_decrease``, when ``J`` decreased; else 0. A check its budget stopped is judged by
+    its verdict: one that found a decrease is as complete as it needs to be. ``verdict``: the checked algorithm's (``None`` only when stopped first).
     """
-    if partial:
+    measured = verdict.measured if verdict else None
+    if partial and partial != BUDGET:
         return 128 + int(getattr(signal, partial, signal.SIGINT)), None
+    if measured == INCONCLUSIVE or (partial and measured != DECREASED):  # a plan cut short is no pass either
+        return 1, (f"{INCONCLUSIVE}: " + (verdict.evidence[0] if verdict else "nothing measured")
+                   + (" (stopped by its --budget)" if partial else ""))
     if bridge.vacuous:  # a bridge that could not learn is no evidence: say so in the exit status
         return 1, f"the bridge is vacuous: {bridge.vacuous}"
-    measured = verdict.measured if verdict else None
     if measured == NO_SIGNAL:  # a check that measured nothing is no pass either
         return 1, None
     if fail_on_decrease and measured == DECREASED:

@@ -1,7 +1,9 @@
 """Running ``seeupo check``: its parts in order, for one algorithm (:func:`check`) or several (:func:`compare`).
 
 Ctrl-C and SIGTERM are watched by a :class:`SignalWatch` that each run owns: they stop the run
-where it is, and the report of what finished is written, marked partial.
+where it is, and the report of what finished is written, marked partial. A budget in seconds is an
+alarm the same watch holds: it stops the run the same way (``partial: "budget"``), and a check it
+stopped before its plan finished is inconclusive unless ``J`` decreased first.
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-from seeupo.experiments.check.planning import (BRIDGE_BASELINES, WRITE_SECONDS, Calibration, CheckBudget, Plan,
-                                           bridge_presets, calibrate, fit, plan, plan_text)
+from seeupo.experiments.check.field import replay_field
+from seeupo.experiments.check.planning import (BRIDGE_BASELINES, Calibration, CheckBudget, Plan, bridge_presets,
+                                               calibrate, plan, plan_text)
 from seeupo.experiments.check.render import plural, write
-from seeupo.experiments.check.report import (BridgeResult, CheckReport, ComparePlan, CompareReport, Explanation,
+from seeupo.experiments.check.report import (BUDGET, BridgeResult, FieldReplay, CheckReport, ComparePlan, CompareReport, Explanation,
                                              MonotonicityVerdict, SearchEntry, Warmup)
-from seeupo.experiments.check.verdict import BRIDGE_TOLERANCE, committed_counterexamples, learning, monotonicity
+from seeupo.experiments.check.verdict import (BRIDGE_TOLERANCE, committed_counterexamples, learning, monotonicity,
+                                              unfinished_parts)
 from seeupo.experiments.verdicts import refused_label, search_outcome
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised as Ctrl-C's ``KeyboardInterrupt`` so that every part stops the same way."""
+    """SIGTERM or the budget's alarm, raised as Ctrl-C's ``KeyboardInterrupt`` so that every part stops the same way."""
 
 
 class SignalWatch:
@@ -32,26 +36,60 @@ class SignalWatch:
 
     Entered in the main thread, it makes SIGTERM raise :class:`Interrupted` (Ctrl-C raises
     ``KeyboardInterrupt`` as ever) and records the signal's name; on exit it gives back the
-    SIGTERM handler it found and Ctrl-C's default one. In another thread it installs nothing
-    (Python handles signals in the main thread only) and records nothing.
+    handlers it found. A Ctrl-C that lands inside the import of torch or numpy (a lazy import
+    of torch's, as the first optimizer step makes) cannot be raised there
+    (:mod:`seeupo.interrupts`): it is recorded and raised at the run's next checkpoint
+    (:meth:`raise_if_signalled`), so that the report is still written. ``deadline`` (a :func:`time.monotonic`
+    value) sets an alarm that raises :class:`Interrupted` when it passes, recorded as
+    :data:`BUDGET`. In another thread it installs nothing (Python handles signals in the main
+    thread only) and records nothing: a deadline there is :class:`ValueError`, not a silent no-op.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
         self.received: list[str] = []  # the signals' names, in order
         self._active = threading.current_thread() is threading.main_thread()
         self._previous: Any = None
+        self._previous_int: Any = None
+        self._previous_alarm: Any = None
+        self._deadline = deadline
+        if deadline is not None and not self._active:
+            raise ValueError("a budget needs the main thread (its alarm is a signal)")
 
     def __enter__(self) -> SignalWatch:
         if self._active:
             self._previous = signal.signal(signal.SIGTERM, self._raise)
+            self._previous_int = signal.signal(signal.SIGINT, self._interrupt)
+            if self._deadline is not None:
+                self._previous_alarm = signal.signal(signal.SIGALRM, self._budget)
+                # at least a microsecond: an interval of 0 would cancel the alarm instead of ringing it now
+                signal.setitimer(signal.ITIMER_REAL, max(1e-6, self._deadline - time.monotonic()))
         return self
 
     def __exit__(self, *exc: object) -> None:
         # left ignored (by hold), SIGTERM and SIGINT would stay ignored in this process and in every process it
         # starts later (a worker pool's terminate() could then not stop its workers: verify hung)
         if self._active:
+            self._cancel_alarm()
             signal.signal(signal.SIGTERM, self._previous)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, self._previous_int)
+
+    def _cancel_alarm(self) -> None:
+        if self._deadline is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous_alarm)
+            self._deadline = None
+
+    def _interrupt(self, _signum: int, frame: FrameType | None) -> None:
+        from seeupo.interrupts import inside_fragile_import
+
+        if inside_fragile_import(frame):
+            self.received.append("SIGINT")  # raised at the next checkpoint
+            return
+        raise KeyboardInterrupt
+
+    def _budget(self, _signum: int, _frame: FrameType | None) -> None:
+        self.received.append(BUDGET)
+        raise Interrupted(BUDGET)
 
     def _raise(self, signum: int, _frame: FrameType | None) -> None:
         self.received.append(signal.Signals(signum).name)
@@ -70,8 +108,9 @@ class SignalWatch:
         return str(stop) if isinstance(stop, Interrupted) else (self.received[-1] if self.received else "SIGINT")
 
     def hold(self) -> None:
-        """Ignore Ctrl-C and SIGTERM until the watch ends: the report is written whatever comes now."""
+        """Ignore Ctrl-C, SIGTERM and the budget until the watch ends: the report is written whatever comes now."""
         if self._active:
+            self._cancel_alarm()
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -81,11 +120,14 @@ class SignalWatch:
 
 def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...] = (), seed: int = 0,
           bridge: bool = True, say: Callable[[str], None] = print, moved_aside: list[str] | None = None,
-          calibration: Calibration | None = None, report_dir: Path | None = None) -> CheckReport:
+          calibration: Calibration | None = None, report_dir: Path | None = None,
+          deadline: float | None = None) -> CheckReport:
     """Plan, run the parts for ``name`` and write ``OUT/check.{json,md,png}``; returns the report.
 
     Ctrl-C or SIGTERM (handled here while it runs, in the main thread) stops it: the report of
-    what finished is written with ``partial`` set to the signal's name, and returned.
+    what finished is written with ``partial`` set to the signal's name, and returned. So does
+    ``budget.seconds`` when it passes (``partial: "budget"``), or ``deadline`` (a
+    :func:`time.monotonic` value, :func:`compare`'s for all its checks) when given.
     ``moved_aside``: an earlier check's files :func:`prepare_output` moved, listed in the report.
     ``calibration``: this machine's speed for ``name``, already measured (:func:`compare` times
     every algorithm first); ``None``: measured here. ``report_dir``: where check.{json,md,png}
@@ -107,35 +149,46 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
     gradient: dict[str, Any] = {"skipped": "not reached"}
     gradient_families: list[dict[str, Any]] = []  # filled as each family finishes: kept when stopped
     searches: list[SearchEntry] = []  # likewise
+    field: list[FieldReplay] = []  # likewise
     bridge_result = BridgeResult(skipped="not reached" if bridge else "--no-bridge")
     partial: str | None = None
     times: dict[str, float] = {}
     estimate: Plan | None = None
-    with SignalWatch() as watch:
+    if deadline is None and budget.seconds is not None:
+        deadline = time.monotonic() + budget.seconds
+    with SignalWatch(deadline) as watch:
         try:
-            # plan: time this machine, fit the budget, say the estimate
+            # plan: time this machine for the estimate (the sizes are the budget's own), say it
             if calibration is None:
-                say(f"check {name}: timing one update of each part on this machine to plan the budget ...")
+                say(f"check {name}: timing one update of each part on this machine for the estimate ...")
             cal = calibration or calibrate(name, budget.verify, exact, budget.gradient)
-            budget = fit(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
+            watch.raise_if_signalled()
             estimate = plan(name, budget, cal, exact=exact, bridge=bridge, searches=n_searches)
             say(plan_text(estimate))
-            deadline = None if budget.seconds is None else time.monotonic() + budget.seconds - (time.perf_counter() - start)
+
+            t = time.perf_counter()
+            if exact:
+                say(f"[1/5] field: the field's committed counterexamples with {name}'s own update")
+                replay_field(name, budget.verify.exact_epochs, out, say, field, explain_case)
+            else:
+                say(f"[1/5] field: skipped ({no_exact})")
+            times["field"] = time.perf_counter() - t
+            watch.raise_if_signalled()
 
             t = time.perf_counter()
             if exact:
                 g = budget.gradient
-                say(f"[0/3] gradient: expected update and plain ascent on {len(g.families)} agentic families x "
+                say(f"[2/5] gradient: expected update and plain ascent on {len(g.families)} agentic families x "
                     f"{len(g.turns)} turn counts, {g.instances} problems each")
                 gradient = run_gradient(name, g, out, plugins, say, gradient_families)
             else:
                 gradient = {"skipped": no_exact}
-                say(f"[0/3] gradient: skipped ({no_exact})")
+                say(f"[2/5] gradient: skipped ({no_exact})")
             times["gradient"] = time.perf_counter() - t
             watch.raise_if_signalled()
 
             t = time.perf_counter()
-            say(f"[1/3] verify: {name} on {budget.verify.instances} random problems per cell")
+            say(f"[3/5] verify: {name} on {budget.verify.instances} random problems per cell")
             verify_report = verify(budget.verify, progress=say)
             times["verify"] = time.perf_counter() - t
             if verify_report.get("partial"):
@@ -144,16 +197,15 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
 
             t = time.perf_counter()
             if exact:
-                say(f"[2/3] searches: {budget.max_examples} cases each")
-                search_deadline = None if deadline is None else deadline - estimate.bridge - WRITE_SECONDS
-                run_searches(name, budget, out, seed, say, searches, watch, search_deadline)
+                say(f"[4/5] searches: {budget.max_examples} cases each")
+                run_searches(name, budget, out, seed, say, searches, watch)
             else:
-                say(f"[2/3] searches: skipped ({no_exact})")
+                say(f"[4/5] searches: skipped ({no_exact})")
             times["searches"] = time.perf_counter() - t
 
             if bridge:
                 t = time.perf_counter()
-                say(f"[3/3] bridge: tiny-qwen3, {budget.bridge_steps} steps x {plural(len(budget.bridge_seeds), 'seed')}")
+                say(f"[5/5] bridge: tiny-qwen3, {budget.bridge_steps} steps x {plural(len(budget.bridge_seeds), 'seed')}")
                 bridge_result = run_bridge(name, budget, out, plugins, say)
                 times["bridge"] = time.perf_counter() - t
             watch.raise_if_signalled()
@@ -169,10 +221,11 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         if verify_report is None:
             verify_report = {"config": dataclasses.asdict(budget.verify), "table1": [], "cells": [], "counterexamples": [],
                              "partial": True, "seconds": 0.0}
-        _apply_searches(verify_report, searches, name)
+        _apply_searches(verify_report, searches, field, name)
         # exact verify cells ran where only the larger problems were refused (too_large): they measure monotonicity
         exact_cells = any(c.get("mode") == "exact" and not c.get("refused") for c in verify_report["cells"])
-        mono = monotonicity(verify_report, searches) if exact or exact_cells else MonotonicityVerdict(None, [
+        unfinished = unfinished_parts(estimate, gradient, verify_report, searches, partial) if estimate else []
+        mono = monotonicity(verify_report, searches, unfinished, field) if exact or exact_cells else MonotonicityVerdict(None, [
             refused_label(refusal) if refusal else "no exact mode: the estimator is registered with exact=False"])
         if not exact and exact_cells:
             mono.evidence.append(f"the verify cells only (the gradient part and the searches: {refused_label(refusal)})")
@@ -182,7 +235,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         report = CheckReport(
             algorithm=name, out=str(out), config=config.to_dict(), plugins=list(plugins),
             budget=dataclasses.asdict(budget) | {"seed": seed}, plan=estimate, exact_mode=exact, exact_refused=refusal,
-            monotonicity=mono, committed_counterexamples=consulted, gradient=gradient, verify=verify_report,
+            monotonicity=mono, committed_counterexamples=consulted, field=field, gradient=gradient, verify=verify_report,
             table_row={"advantage": row.advantage, "update": row.update, "level": row.level}, searches=searches,
             bridge=bridge_result, partial=partial, moved_aside=list(moved_aside or []),
             # a report written elsewhere (compare's algorithms/NAME/) names the folder its files' paths start from
@@ -234,39 +287,42 @@ def _too_large(name: str, budget: CheckBudget) -> str | None:
     return None
 
 
-def _apply_searches(verify_report: dict[str, Any], searches: list[SearchEntry], name: str) -> None:
-    """Make the verify cells agree with the searches' counterexamples: they are measurements of those cells too,
-    one truth per report (:func:`seeupo.experiments.verify.apply_counterexamples`)."""
+def _apply_searches(verify_report: dict[str, Any], searches: list[SearchEntry], field: list[FieldReplay],
+                    name: str) -> None:
+    """Make the verify cells agree with the searches' and the field's counterexamples: they are measurements of those
+    cells too, one truth per report (:func:`seeupo.experiments.verify.apply_counterexamples`)."""
     from seeupo.experiments.verify import apply_counterexamples
 
-    if not (searches and verify_report["table1"]):
+    if not ((searches or field) and verify_report["table1"]):
         return
     apply_counterexamples(verify_report, [
         {"file": s.file, "search": s.search, "algorithm": name, "setting": s.setting or ("ST" if s.turns == 1 else "MT"),
          "parameterization": s.parameterization, "mode": "exact", "reproduces": bool(s.reproduces),
          "decreases": bool(s.reproduces), "J": s.J, "largest_decrease": s.largest_decrease}
-        for s in searches if s.found and not s.on_flat_surrogate])
+        for s in searches if s.found and not s.on_flat_surrogate] + [
+        {"file": f.case, "search": f"field: {f.file}", "algorithm": name, "setting": f.setting,
+         "parameterization": f.parameterization, "mode": "exact", "reproduces": True, "decreases": True, "J": f.J,
+         "largest_decrease": f.largest_decrease} for f in field if f.counts])
 
 
 def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Callable[[str], None],
-                 results: list[SearchEntry], watch: SignalWatch, deadline: float | None = None) -> None:
+                 results: list[SearchEntry], watch: SignalWatch) -> None:
     """The generic searches of ``name``, appended to ``results`` as they finish; each case found is saved and replayed.
 
-    ``deadline`` (``time.monotonic()``) is shared out: each search may use an equal part of what is
-    left when it starts. An interrupt saves what the interrupted search had found, then goes on up;
-    ``watch`` is looked at before each search.
+    Each search evaluates ``budget.max_examples`` cases from ``seed`` (the same on any machine). An
+    interrupt (a signal or the budget's alarm) saves what the interrupted search had found, then goes
+    on up; ``watch`` is looked at before each search.
     """
     from seeupo.experiments.counterexamples import case_setting, replay, search
     from seeupo.experiments.searches import algorithm_searches
 
     specs = algorithm_searches(name)
-    for i, spec in enumerate(specs):
+    for spec in specs:
         watch.raise_if_signalled()
         start = time.perf_counter()
-        mine = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(specs) - i)
         result = search(spec.cases(), claim=spec.claim, description=spec.description,
-                        max_examples=budget.max_examples, seed=seed, deadline=mine, keep_on_interrupt=True,
-                        setting=spec.setting)
+                        max_examples=budget.max_examples, seed=seed, keep_on_interrupt=True, setting=spec.setting)
+        stopped = BUDGET if result.stopped == "interrupted" and watch.received[-1:] == [BUDGET] else result.stopped
         found = result.found
         case: dict[str, Any] = {}
         if found is not None:
@@ -279,7 +335,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
                 case |= {"reproduces": replay(found).reproduces, "explanation": explain_case(found, path, out)}
         entry = SearchEntry(search=spec.name, description=spec.description, max_examples=budget.max_examples,
                             examples=result.examples, moved=result.moved, seed=seed, found=found is not None,
-                            stopped=result.stopped, seconds=time.perf_counter() - start, **case)
+                            stopped=stopped, exhausted=result.exhausted, seconds=time.perf_counter() - start, **case)
         results.append(entry)
         say(f"search {spec.name}: {search_outcome(entry.to_dict())} ({entry.seconds:.0f} s)")
         if result.stopped == "interrupted":
@@ -394,10 +450,10 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
     Same measurements for all: every algorithm gets the same random problems (``seed``), the same
     verify sizes, the same searches with the same number of cases, and one bridge run in which all
     of them train from the same warm-up, seeds and steps (it runs inside the first algorithm's
-    check: ``bridge_also``). Sizes: each algorithm is timed first (:func:`calibrate`) and fitted to
-    an equal share of ``budget.seconds`` (the first one's share also holds the bridge of all); then
-    every algorithm runs the smallest of the fitted sizes, so that no algorithm is measured on less.
-    The estimate printed covers the whole comparison.
+    check: ``bridge_also``). Every algorithm runs the same sizes, ``budget``'s own; each is timed
+    first (:func:`calibrate`) for the estimate, which covers the whole comparison. ``budget.seconds``
+    is one alarm for the whole comparison: when it passes, the algorithm under way stops with a
+    partial report and the others are not reached.
 
     Writes ``OUT/check.{json,md,png}`` (the comparison; check.json keyed by algorithm), each
     algorithm's own report in ``OUT/algorithms/NAME/``, and every counterexample under
@@ -409,15 +465,15 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
     from seeupo.experiments.verify import exact_refusal
 
     start = time.perf_counter()
-    share = None if budget.seconds is None else budget.seconds / len(names)
-    budget = dataclasses.replace(budget, bridge_also=tuple(names[1:]) if bridge else ())
-    say(f"compare: {', '.join(names)}; timing each on this machine first")
+    deadline = None if budget.seconds is None else time.monotonic() + budget.seconds
+    shared = dataclasses.replace(budget, bridge_also=tuple(names[1:]) if bridge else ())
+    say(f"compare: {', '.join(names)}; timing each on this machine first, for the estimate")
     cals: dict[str, Calibration] = {}
-    fitted: dict[str, CheckBudget] = {}
     estimates: dict[str, Plan] = {}
     reports: dict[str, CheckReport] = {}
-    shared, total, partial = dataclasses.replace(budget, seconds=share), 0.0, None  # as reported if stopped while timing
-    # SIGTERM between the checks (each check watches its own while it runs) stops the comparison with a report
+    total, partial = 0.0, None
+    # SIGTERM between the checks (each check watches its own, and the budget's alarm, while it runs) stops it
+    # with a report; the budget is looked at between them
     with SignalWatch() as watch:
         try:
             for i, n in enumerate(names):
@@ -425,24 +481,23 @@ def compare(names: list[str], budget: CheckBudget, out: Path, *, plugins: tuple[
                 searches = len(algorithm_searches(n)) if exact else 0
                 cfg = dataclasses.replace(budget.verify, algorithms=(n,), plugins=plugins, seed=seed)
                 cals[n] = calibrate(n, cfg, exact, budget.gradient)
-                mine = dataclasses.replace(budget, verify=cfg, seconds=share)
-                fitted[n] = fit(n, mine, cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
-                estimates[n] = plan(n, fitted[n], cals[n], exact=exact, bridge=bridge and i == 0, searches=searches)
-            shared = dataclasses.replace(
-                budget, seconds=share, bridge_seeds=fitted[names[0]].bridge_seeds,
-                max_examples=min(f.max_examples for f in fitted.values()),
-                verify=dataclasses.replace(budget.verify, iterations=min(f.verify.iterations for f in fitted.values())))
+                estimates[n] = plan(n, dataclasses.replace(shared, verify=cfg), cals[n], exact=exact,
+                                    bridge=bridge and i == 0, searches=searches)
             total = sum(e.total for e in estimates.values())
             say(f"compare plan: {len(names)} algorithms x ({shared.verify.instances} problems x {shared.verify.iterations} "
                 f"iterations per cell; {shared.max_examples} cases per search); "
                 + (f"one bridge for all ({plural(len(shared.bridge_seeds), 'seed')} x {shared.bridge_steps} steps)" if bridge
                    else "no bridge"))
-            say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s, {share:.0f} s per algorithm "
-                                                             "(the first one's share holds the bridge of all)" if share else ""))
+            say(f"compare estimate: {total:.0f} s in all" + (f"; budget {budget.seconds:.0f} s for all" if deadline else ""))
             for i, n in enumerate(names):
+                watch.raise_if_signalled()
+                if deadline is not None and time.monotonic() > deadline:
+                    partial = BUDGET
+                    say(f"the budget has passed: {', '.join(names[i:])} not reached")
+                    break
                 say(f"== {n} ({i + 1} of {len(names)})")
                 reports[n] = check(n, shared, out, plugins=plugins, seed=seed, bridge=bridge and i == 0, say=say,
-                                   calibration=cals[n], report_dir=out / "algorithms" / n)
+                                   calibration=cals[n], report_dir=out / "algorithms" / n, deadline=deadline)
                 if reports[n].partial:
                     partial = reports[n].partial
                     break

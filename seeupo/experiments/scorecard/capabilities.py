@@ -48,6 +48,7 @@ from typing import Any, Callable
 import torch
 
 from seeupo.core.config import AlgorithmConfig
+from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
 from seeupo.experiments.scorecard import rules
 from seeupo.experiments.scorecard.rules import Score
@@ -204,28 +205,6 @@ def _random_parts(words: str, problem: TreeMDP, parameterization: str = "indepen
 
 
 #: Where the field's counterexamples are committed (relative to the working directory or the repository).
-FIELD_COUNTEREXAMPLES = ("paper_repro/counterexamples", "paper_repro/algorithms")
-
-
-def field_counterexamples() -> list[tuple[str, Any]]:
-    """Every committed counterexample of the field, ``(file, Instance)``, sorted by path: the instances a
-    search found where some algorithm's exact update lowered ``J``. The scorecard runs every algorithm on
-    them (its own update, from the recorded start and step): hard cases, the same for all. Only the
-    instance is read (:class:`~seeupo.experiments.counterexamples.Instance`), not the recorded algorithm,
-    so a card reads every file whichever plugins it loaded; a file that does not read is an error."""
-    from seeupo.experiments.counterexamples import Instance
-    from seeupo.experiments.verdicts import resolve_dir
-
-    found = []
-    for folder in FIELD_COUNTEREXAMPLES:
-        base = resolve_dir(folder)
-        if base.is_dir():
-            found += [f for f in base.rglob("*.json") if f.parent.name == "counterexamples"
-                      and not any(part.startswith("previous-") for part in f.parts)]  # an earlier run moved aside
-    # the path from paper_repro on: the same words wherever the command runs
-    return [(str(path)[str(path).rindex("paper_repro"):], Instance.load(path)) for path in sorted(found)]
-
-
 def _counterexample_setting(example: Any) -> str:
     """Which monotonicity capability a counterexample's instance belongs to."""
     if example.run.parameterization == "shared":

@@ -79,7 +79,8 @@ def test_instances_whose_J_no_policy_changes_are_left_out():
 
 
 def test_the_field_counterexamples_are_found_and_sorted_by_capability():
-    from seeupo.experiments.scorecard.capabilities import _counterexample_setting, field_counterexamples
+    from seeupo.experiments.counterexamples import field_counterexamples
+    from seeupo.experiments.scorecard.capabilities import _counterexample_setting
 
     found = field_counterexamples()  # every file, whichever plugins this process loaded (here none of theirs)
     root = Path(__file__).resolve().parents[3] / "paper_repro"
