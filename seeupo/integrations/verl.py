@@ -5,7 +5,7 @@
     from seeupo.core.config import preset
     from seeupo.integrations.verl import register_in_verl
 
-    exported = register_in_verl(preset("grpo"))  # every estimator and loss that can run in verl
+    exported = register_in_verl(preset("grpo"), layout="trajectory")  # every estimator and loss that can run in verl
     # then, in verl's config: algorithm.adv_estimator=grae  actor_rollout_ref.actor.policy_loss.loss_mode=ppo
 
 Each registered name of :data:`seeupo.core.registry.ADV_ESTIMATORS` and
@@ -21,7 +21,9 @@ same name (or ``prefix + name``), wrapped in an adapter with verl's signature:
 * a policy loss gets verl's ``(old_log_prob, log_prob, advantages, response_mask,
   loss_agg_mode, config, rollout_is_weights)`` and returns ``(loss to minimise, metrics)``;
   the aggregation is verl's ``loss_agg_mode`` (:data:`LOSS_AGG_MODES`), normalised by verl's
-  ``config.global_batch_info`` so that micro-batches add up as in verl; the clip range is
+  ``config.global_batch_info`` so that micro-batches add up as in verl, and refused in one line
+  where verl's rows (``layout``) make it another loss than seeupo's on (trajectory, turn) rows
+  (:func:`seeupo.integrations.layout.verl_loss_agg_mode`); the clip range is
   ``config.clip_ratio_low/high`` (``clip_ratio`` where unset) and the dual clip
   ``config.clip_ratio_c`` (always on, as in verl's ``vanilla`` loss).
 
@@ -30,8 +32,9 @@ Options verl has no key for (``grae_center``, ``grae_scale``, ``grae_clamp``, ``
 :class:`~seeupo.core.config.AlgorithmConfig` passed to :func:`register_in_verl`; its clip,
 aggregation, KL and epoch fields are not read (verl's own keys hold them). One verl row is one
 sequence, so a sequence ratio is taken over the row's ``response_mask`` tokens whatever
-``ratio_scope`` says. SeeUPO's sequential per-turn update is not a loss (verl's actor updates
-all tokens at once): it runs as verl's actor worker, :mod:`seeupo.integrations.verl_worker`.
+``ratio_scope`` says (a turn's with ``layout="turn"``, the trajectory's with ``"trajectory"``).
+SeeUPO's sequential per-turn update is not a loss (verl's actor updates all tokens at once): it
+runs as verl's actor worker, :mod:`seeupo.integrations.verl_worker`.
 
 This module needs verl; importing it without verl is a one-line ImportError.
 """
@@ -55,16 +58,15 @@ from seeupo.core.boundary import call_aggregation
 from seeupo.core.losses import policy_objective, row_coefficients
 from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, AdvantageEstimator, adv_estimator, aggregation, policy_loss
 from seeupo.core.update import compute_advantages
+# verl_loss_agg_mode is re-exported: the map of an aggregation and a layout to verl's loss_agg_mode
+from seeupo.integrations.layout import VERL_LOSS_AGG_MODES, RowLayout, check_layout, layout_refusal, verl_loss_agg_mode
+from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
 
 # verl's loss_agg_mode -> (our aggregation, the key of verl's config.global_batch_info holding the
-# minibatch's denominator). verl's "token-sum" and "seq-mean-token-sum-norm" have no seeupo aggregation.
-LOSS_AGG_MODES: dict[str, tuple[str, str]] = {
-    "token-mean": ("token_mean", "batch_num_tokens"),
-    "seq-mean-token-mean": ("seq_mean_token_mean", "global_batch_size"),
-    "seq-mean-token-sum": ("seq_mean_token_sum", "global_batch_size"),
-}
+# minibatch's denominator); the formulas are cited in seeupo.integrations.layout
+LOSS_AGG_MODES: dict[str, tuple[str, str]] = VERL_LOSS_AGG_MODES
 
 # marks our adapters in verl's registries, so that a second export replaces them (and nothing else)
 _MARK = "_seeupo_export"
@@ -89,6 +91,7 @@ def register_in_verl(
     adv_estimators: Iterable[str] | None = None,
     policy_losses: Iterable[str] | None = None,
     prefix: str = "",
+    layout: RowLayout | None = None,
 ) -> Exported:
     """Register seeupo's advantage estimators and policy losses in verl's registries.
 
@@ -101,6 +104,12 @@ def register_in_verl(
         that can run in verl, the others listed in ``skipped`` with the reason. A name given
         explicitly that cannot be exported is a ValueError.
       prefix: the verl name is ``prefix + name``.
+      layout: what one verl row is (:mod:`seeupo.integrations.layout`): ``"turn"`` (single-turn
+        rollouts) or ``"trajectory"`` (verl's multi-turn agent loop, every assistant turn in one
+        response). The losses refuse, in one line at their call, a ``loss_agg_mode`` that is
+        another loss than seeupo's in that layout: ``seq-mean-token-mean`` and
+        ``seq-mean-token-sum`` need ``"turn"``; ``token-mean`` is exact in both. ``None`` (not
+        told): only ``token-mean`` runs.
 
     A verl name that verl itself (or another package) already registers is never replaced:
     verl's ``register_adv_est`` refuses a second function under a name, and its
@@ -112,6 +121,8 @@ def register_in_verl(
       :class:`Exported`.
     """
     cfg = _checked(cfg)
+    if layout is not None:
+        check_layout(layout)
     plan: list[tuple[str, str, str]] = []  # (kind, verl name, seeupo name), registered once all are checked
     skipped: dict[str, str] = {}
     kinds = (
@@ -145,7 +156,7 @@ def register_in_verl(
             _verl.register_adv_est(verl_name)(verl_adv_estimator(name, cfg))
         else:
             _verl.POLICY_LOSS_REGISTRY.pop(verl_name, None)
-            _verl.register_policy_loss(verl_name)(verl_policy_loss(name, cfg))
+            _verl.register_policy_loss(verl_name)(verl_policy_loss(name, cfg, layout=layout))
         exported[kind][verl_name] = name
     return Exported(exported["adv"], exported["loss"], skipped)
 
@@ -206,8 +217,13 @@ def verl_adv_estimator(name: str, cfg: AlgorithmConfig | None = None) -> Callabl
     return estimator
 
 
-def verl_policy_loss(name: str, cfg: AlgorithmConfig | None = None) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
+def verl_policy_loss(
+    name: str, cfg: AlgorithmConfig | None = None, *, layout: RowLayout | None = None
+) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
     """The seeupo policy loss ``name`` with verl's policy-loss signature (not registered).
+
+    ``layout``: what one verl row is, as in :func:`register_in_verl`; a ``loss_agg_mode`` that
+    is not seeupo's aggregation in that layout is a one-line InputError at the call.
 
     The loss is the negated :func:`seeupo.core.losses.policy_objective` of one row per response
     (rows without response tokens left out, as verl does). Metrics: ``actor/ppo_kl``, verl's
@@ -218,6 +234,8 @@ def verl_policy_loss(name: str, cfg: AlgorithmConfig | None = None) -> Callable[
     """
     entry = policy_loss(name)
     cfg = _checked(cfg)
+    if layout is not None:
+        check_layout(layout)
 
     def loss(
         old_log_prob: Tensor,
@@ -239,6 +257,10 @@ def verl_policy_loss(name: str, cfg: AlgorithmConfig | None = None) -> Callable[
                 f"loss_agg_mode={loss_agg_mode!r} has no seeupo aggregation; expected one of {tuple(LOSS_AGG_MODES)}"
             )
         agg, den_key = LOSS_AGG_MODES[loss_agg_mode]
+        # a mean over verl's rows is seeupo's only where a row is what seeupo's row is (a turn)
+        reason = layout_refusal(agg, layout, "verl", "loss_agg_mode=token-mean")
+        if reason is not None:
+            raise InputError("loss_agg_mode", f"{loss_agg_mode!r}: {reason}")
         mask = response_mask.bool()
         n, device = mask.shape[0], mask.device
         zeros = torch.zeros(n, dtype=torch.long, device=device)

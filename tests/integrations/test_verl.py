@@ -27,12 +27,14 @@ from seeupo.core.config import AlgorithmConfig, preset
 from seeupo.core.losses import policy_objective
 from seeupo.core.registry import ADV_ESTIMATORS, POLICY_LOSSES, register_adv_est, register_policy_loss
 from seeupo.core.update import compute_advantages
+from seeupo.integrations.layout import ROW_LAYOUTS, VERL_LOSS_AGG_MODES, verl_loss_agg_mode
+from seeupo.validation.errors import InputError
 
 try:
     from verl.trainer.ppo import core_algos
     from verl.workers.config import ActorConfig
 
-    from seeupo.integrations.verl import LOSS_AGG_MODES, register_in_verl
+    from seeupo.integrations.verl import LOSS_AGG_MODES, register_in_verl, verl_policy_loss
 except ImportError:  # `make test` deselects this module; elsewhere each test skips with the reason
     core_algos = None
 
@@ -304,7 +306,7 @@ def assert_loss_close(a, b, dtype, mode):
 @pytest.mark.parametrize("with_global_info", [False, True])
 def test_token_ppo_through_verl_equals_seeupo_and_vanilla(mode, dtype, with_global_info):
     cfg = AlgorithmConfig(update="ppo", ratio_level="token")
-    register_in_verl(cfg)
+    register_in_verl(cfg, layout="turn")  # random_step's rows are turns
     ours_in_verl = core_algos.get_policy_loss_fn("ppo")
     for seed in SEEDS:
         old, new, adv, mask = random_step(seed, dtype)
@@ -329,7 +331,7 @@ def test_sequence_ppo_through_verl_equals_seeupo_and_gspo(mode, dtype):
     # GSPO: our length-normalised sequence ratio; verl's "gspo" has no dual clip, so clip_ratio_c is
     # set out of reach; the advantage is one value per response (outcome estimators)
     cfg = preset("gspo")
-    register_in_verl(cfg)
+    register_in_verl(cfg, layout="turn")
     for seed in SEEDS:
         old, new, adv, mask = random_step(seed, dtype, row_advantage=True)
         config = actor_config(seed, clip_ratio_c=1e9)
@@ -346,7 +348,7 @@ def test_sequence_ppo_through_verl_equals_seeupo_and_gspo(mode, dtype):
 @pytest.mark.parametrize("mode", MODES)
 def test_reinforce_through_verl_equals_seeupo_and_verl_reinforce(mode, dtype):
     cfg = AlgorithmConfig(update="reinforce")
-    exported = register_in_verl(cfg)
+    exported = register_in_verl(cfg, layout="turn")
     assert exported.policy_losses == {"reinforce": "reinforce", "ppo": "ppo"}
     for seed in SEEDS:
         old, new, adv, mask = random_step(seed, dtype)
@@ -368,6 +370,9 @@ def test_loss_refuses_what_does_not_map():
     for mode in ("token-sum", "seq-mean-token-sum-norm"):
         with pytest.raises(ValueError, match=f"loss_agg_mode='{mode}' has no seeupo aggregation"):
             fn(old, new, adv, mask, mode, config)
+    for mode in ("seq-mean-token-mean", "seq-mean-token-sum"):  # a mean over rows: the export was not told what a row is
+        with pytest.raises(InputError, match=f"^field 'loss_agg_mode': '{mode}': .* the row layout was not given: "):
+            fn(old, new, adv, mask, mode, config)
     with pytest.raises(ValueError, match="takes no rollout correction weights"):
         fn(old, new, adv, mask, "token-mean", config, torch.ones_like(old))
     with pytest.raises(ValueError, match="needs verl's actor config"):
@@ -376,6 +381,76 @@ def test_loss_refuses_what_does_not_map():
     with pytest.raises(ValueError, match="needs 'batch_num_tokens' when dp_size=2"):
         fn(old, new, adv, mask, "token-mean", config)
 
+
+# ---- row layouts: verl's own reduction on the hand-made multi-turn batch of conftest.py (both layouts)
+
+VERL_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean")
+
+
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
+@pytest.mark.parametrize("aggregation", sorted({agg for agg, _ in VERL_LOSS_AGG_MODES.values()}))
+def test_verl_agg_loss_equals_the_checked_aggregation_or_is_refused(two_layouts, aggregation, layout):
+    # verl's own agg_loss, where test_layout.py runs a transcription of it
+    def reduce(values, mask, mode):
+        return core_algos.agg_loss(values, mask.to(values.dtype), mode)
+
+    equal = two_layouts.equal_reductions(aggregation, layout, reduce, VERL_MODES)
+    try:
+        mode = verl_loss_agg_mode(aggregation, layout)
+    except InputError:
+        assert equal == set()
+    else:
+        assert equal == {mode}
+
+
+EXACT = [("turn", "token-mean"), ("turn", "seq-mean-token-mean"), ("turn", "seq-mean-token-sum"), ("trajectory", "token-mean")]
+
+
+@pytest.mark.parametrize("update", ["ppo", "reinforce"])
+@pytest.mark.parametrize("layout, mode", EXACT)
+def test_exported_loss_is_the_checked_loss_on_a_multi_turn_batch(two_layouts, layout, mode, update):
+    """verl's call of the exported loss on verl's rows of ``layout`` equals seeupo's objective on its (trajectory, turn) rows."""
+    g = torch.Generator().manual_seed(7)
+    n = two_layouts.n_tokens
+    old = -3.0 * torch.rand(n, generator=g, dtype=torch.float64)
+    new = (old + 0.4 * torch.randn(n, generator=g, dtype=torch.float64)).requires_grad_(True)
+    adv = torch.randn(n, generator=g, dtype=torch.float64)
+    config = actor_config(0)
+    register_in_verl(AlgorithmConfig(update=update), layout=layout)
+    fn = core_algos.get_policy_loss_fn(update)
+    mask = two_layouts.rows(layout, old)[1]
+    loss, _ = fn(
+        old_log_prob=two_layouts.rows(layout, old)[0], log_prob=two_layouts.rows(layout, new)[0],
+        advantages=two_layouts.rows(layout, adv)[0] * mask, response_mask=mask, loss_agg_mode=mode, config=config,
+        rollout_is_weights=None,
+    )
+    (grad,) = torch.autograd.grad(loss, new)
+    objective, _ = policy_objective(
+        two_layouts.rows("turn", new)[0], two_layouts.batch(old), two_layouts.rows("turn", adv)[0], update=update,
+        clip_eps_low=config.clip_ratio_low, clip_eps_high=config.clip_ratio_high, dual_clip=config.clip_ratio_c,
+        aggregation=LOSS_AGG_MODES[mode][0],
+    )
+    (checked_grad,) = torch.autograd.grad(-objective, new)
+    assert torch.allclose(loss, -objective, rtol=1e-12, atol=1e-12), (float(loss), float(-objective))
+    assert torch.allclose(grad, checked_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_exported_loss_refuses_a_row_mean_over_trajectory_rows_in_one_line(two_layouts, mode):
+    register_in_verl(layout="trajectory")
+    fn = core_algos.get_policy_loss_fn("ppo")
+    old, mask = two_layouts.rows("trajectory", torch.zeros(two_layouts.n_tokens, dtype=torch.float64))
+    with pytest.raises(InputError) as info:
+        fn(old, old.clone(), old.clone(), mask, mode, actor_config(0))
+    assert str(info.value) == (
+        f"field 'loss_agg_mode': '{mode}': aggregation '{LOSS_AGG_MODES[mode][0]}' on verl rows of layout='trajectory' "
+        "(one row per trajectory) is not seeupo's mean over (trajectory, turn) rows; use token_mean "
+        "(loss_agg_mode=token-mean, exact in every layout), or rows of one turn (layout='turn')"
+    )
+    with pytest.raises(InputError, match=r"^field 'layout': unknown row layout 'rows'"):
+        register_in_verl(layout="rows")
+    with pytest.raises(InputError, match=r"^field 'layout': unknown row layout 'rows'"):
+        verl_policy_loss("ppo", layout="rows")
 
 def test_verl_names_are_not_replaced_and_prefix_exports_under_another_name():
     name = "vanilla"  # a seeupo plugin loss that happens to share a verl name
