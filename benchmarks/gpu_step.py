@@ -129,7 +129,7 @@ def check_kernels(device: torch.device, dtype: torch.dtype, logprobs: str) -> tu
     fails or disagrees is replaced for the rest of the run (flex -> segments, liger -> chunked) and
     the record says so, so that one broken kernel does not cost the whole table.
     Returns ``(the log-prob path to use, record)``."""
-    import seeupo.llm.policy as policy_module
+    import seeupo.llm.passes as passes_module  # where the policy's passes pick their kernel
     from seeupo.llm import logprobs as lp
     from seeupo.llm.tree_attention import pack_tree, tree_attention
 
@@ -152,7 +152,7 @@ def check_kernels(device: torch.device, dtype: torch.dtype, logprobs: str) -> tu
                 raise ValueError(f"flex differs from segments by {record['flex_vs_segments_max_abs']}")
             record["tree_kernel"] = "flex"
         except Exception as error:
-            policy_module.default_kernel = lambda device: "segments"
+            passes_module.default_kernel = lambda device: "segments"
             record |= {"tree_kernel": "segments", "flex_error": f"{type(error).__name__}: {str(error)[:300]}"}
     path = logprobs
     try:
@@ -221,12 +221,12 @@ def check_layer_kernels(model: torch.nn.Module, shape: str, device: torch.device
 def pulled(levers: set[str], model: torch.nn.Module):
     """Within the block, ``model``'s steps run with the ``levers`` (:data:`LEVERS`) that act on the
     model or the policy's kernel choice ("previous" acts through ``measure_step``'s arguments)."""
-    import seeupo.llm.policy as policy_module
+    import seeupo.llm.passes as passes_module  # where the policy's passes pick their kernel
     import seeupo.llm.tree_attention as tree_module
     from seeupo.llm.distributed import enable_activation_checkpointing
     from seeupo.llm.memory import AS_NEEDED, is_checkpointed, keeps_attention
 
-    kernel, as_needed = policy_module.default_kernel, getattr(model, AS_NEEDED, False)
+    kernel, as_needed = passes_module.default_kernel, getattr(model, AS_NEEDED, False)
     compiled, kept = tree_module._compiled_flex, keeps_attention(model)
     if "recompute_attention" in levers and is_checkpointed(model):
         enable_activation_checkpointing(model, as_needed, keep_attention=False)
@@ -235,7 +235,7 @@ def pulled(levers: set[str], model: torch.nn.Module):
         object.__setattr__(model.base_model, AS_NEEDED, True)
     if "segments" in levers or "cascade" in levers:
         chosen = "cascade" if "cascade" in levers else "segments"
-        policy_module.default_kernel = lambda device: chosen
+        passes_module.default_kernel = lambda device: chosen
     if "autotune" in levers:
         tree_module._compiled_flex = _autotuned_flex
     flex_options = [lever[len("flex="):] for lever in levers if lever.startswith("flex=")]
@@ -248,7 +248,7 @@ def pulled(levers: set[str], model: torch.nn.Module):
     try:
         yield
     finally:
-        policy_module.default_kernel = kernel
+        passes_module.default_kernel = kernel
         object.__setattr__(model, AS_NEEDED, as_needed)
         object.__setattr__(model.base_model, AS_NEEDED, as_needed)
         tree_module._compiled_flex = compiled

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     from seeupo.core.config import preset
-    from seeupo.core.parallel import score_rows
+    from seeupo.core.parallel import owner_scored, score_rows
     from seeupo.core.update import UpdateSettings, compute_advantages, final_factor, policy_update
     from seeupo.llm.distributed import (
         enable_activation_checkpointing, init_distributed, launched_by_torchrun, rollout_replica, shard_model, shutdown,
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
                 row_tokens=row_tokens, max_grad_norm=1.0, dp=env.dp,
             ))
             if args.final_factor:  # what the trainer adds for logging.m_final
-                final_factor(policy, batch, cfg, stats, env.dp)
+                final_factor(owner_scored(policy, env.dp), batch, cfg, stats)
             sync(device)
             if r > 0:
                 times[name].append(time.perf_counter() - start)

@@ -20,7 +20,7 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
 from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients
-from seeupo.core.parallel import DataParallel, owned
+from seeupo.core.parallel import DataParallel, owned, owner_scored
 from seeupo.core.registry import policy_loss
 
 Tensor = torch.Tensor
@@ -67,6 +67,8 @@ class UpdateSettings:
       max_grad_norm: clip the gradient's global norm before each optimizer step.
       dp: data parallelism: this process's rank among processes that all call
         :func:`~seeupo.core.update.policy_update` with the same global batch (:mod:`seeupo.core.parallel`).
+        Only the execution reads it: each step passes this process's own rows, and the sweep's ratio
+        passes score each row on its owner (:attr:`GradientSteps.scorer`).
       fuse_ratio_passes: a sequential update takes each turn's ratio in the next turn's first
         optimizer step where the schedule allows (:meth:`GradientSteps.fused`); ``False``:
         a separate no-gradient pass (:func:`~seeupo.core.update.sequential_sweep`, the reference). The same update;
@@ -95,6 +97,17 @@ class UpdateSettings:
             logp_ref=self.logp_ref[rows] if self.logp_ref is not None else None,
             row_tokens=self.row_tokens[rows] if self.row_tokens is not None else None,
         )
+
+    def execution_blocker(self, batch: SampleBatch) -> str | None:
+        """Why the execution, not the algorithm, keeps :meth:`GradientSteps.fused` from running on ``batch``
+        (a one-line reason), or ``None``: with ``dp``, a trajectory's rows must have one owner (each
+        process advances the factors of the trajectories it scores)."""
+        if self.dp is not None and batch.owner is not None:
+            first = torch.full((batch.num_trajectories,), -1, dtype=batch.owner.dtype, device=batch.owner.device)
+            first[batch.traj_id] = batch.owner
+            if not bool((first[batch.traj_id] == batch.owner).all()):
+                return "a trajectory's rows have more than one owner (data parallelism)"
+        return None
 
 
 @dataclass
@@ -320,6 +333,13 @@ class GradientSteps:
     stats: UpdateStats
     epochs: int
     minibatches: int
+
+    @property
+    def scorer(self) -> Policy:
+        """The policy as a sequential sweep's no-gradient ratio passes score it
+        (:func:`~seeupo.core.update.sequential_sweep`): with ``settings.dp``, each row on the process
+        that owns it, every process getting every row (:class:`~seeupo.core.parallel.OwnerScoring`)."""
+        return owner_scored(self.policy, self.settings.dp)
 
     def __call__(self, rows: Tensor, weights: Tensor) -> None:
         sub, settings = self.batch.select(rows), self.settings.select(rows)

@@ -14,7 +14,10 @@ row's payload (token ids) and runs it through the model. Then
   summed gradient is the single-process gradient;
 * per-row quantities that the algorithm needs everywhere (the ratio factors of ``M``,
   recomputed log-probabilities) are scored by their owners and summed across processes
-  (:func:`score_rows`), each row being zero on every process but its owner.
+  (:func:`score_rows`), each row being zero on every process but its owner. The algorithm
+  (:mod:`seeupo.core.update`) does not know about processes: the policy it scores its ratios
+  with is :class:`OwnerScoring` (:func:`owner_scored`), built by the execution layer
+  (:mod:`seeupo.core.execution`) or by the caller that logs ``M``.
 
 Collective operations must be called in the same order and number on every process: the update
 therefore pads each process's micro-batches to the largest count with empty ones, and a policy
@@ -25,7 +28,7 @@ used with data parallelism must take part in the model's collectives even for an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -84,3 +87,34 @@ def score_rows(score: Callable[[SampleBatch], Tensor], batch: SampleBatch, dp: D
     out = torch.zeros((batch.num_rows,) + tuple(local.shape[1:]), dtype=local.dtype, device=local.device)
     out[mine.to(local.device)] = local
     return dp.sum(out)
+
+
+class OwnerScoring:
+    """``policy`` whose :meth:`token_logps` scores each row of a batch on its owner process (:func:`score_rows`).
+
+    Every process gets every row's log-probabilities, each computed once, by its owner, and without
+    gradient: what the algorithm's no-gradient passes (the ratio that enters ``M``) need, so that
+    :mod:`seeupo.core.update` scores the global batch as on one process without knowing about
+    processes. The gradient steps use ``policy`` itself (each process back-propagates its own rows,
+    :mod:`seeupo.core.execution`).
+    """
+
+    def __init__(self, policy: Any, dp: DataParallel) -> None:
+        self.policy, self.dp = policy, dp
+
+    @property
+    def turns_share_parameters(self) -> bool:
+        """The wrapped policy's (:class:`seeupo.core.execution.Policy`; absent means ``False``)."""
+        return bool(getattr(self.policy, "turns_share_parameters", False))
+
+    def token_logps(self, batch: SampleBatch) -> Tensor:
+        """``[n, L]`` log-probabilities of every row of ``batch``, each scored by its owner, summed over the processes."""
+        return score_rows(self.policy.token_logps, batch, self.dp)
+
+    def parameters(self) -> Iterable[Tensor]:
+        return self.policy.parameters()
+
+
+def owner_scored(policy: Any, dp: DataParallel | None) -> Any:
+    """``policy`` as the algorithm's no-gradient passes score it: itself without ``dp``, else :class:`OwnerScoring`."""
+    return policy if dp is None else OwnerScoring(policy, dp)

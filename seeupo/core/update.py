@@ -12,7 +12,9 @@ docs/method.md §4, written as HARL's (Zhong et al. 2024)::
 Nothing here knows about optimizers, micro-batches or processes: a turn's update is anything
 with the :class:`TurnUpdate` interface, the gradient steps of
 :class:`seeupo.core.execution.GradientSteps` (how they run: :mod:`seeupo.core.execution`) or the
-tabular engine's closed-form mirror step.
+tabular engine's closed-form mirror step; the policy's ``token_logps`` scores the ratios, and with
+data parallelism that policy scores each row on the process that owns it
+(:class:`seeupo.core.parallel.OwnerScoring`, which the execution builds: :attr:`GradientSteps.scorer`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from seeupo.core.boundary import call_estimator, call_turn_order
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.execution import GradientSteps, Policy, UpdateSettings, UpdateStats
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
-from seeupo.core.parallel import DataParallel, score_rows
 from seeupo.core.registry import M_FACTORS, TURN_ORDERS, adv_estimator
 
 Tensor = torch.Tensor
@@ -120,20 +121,20 @@ def misaligned_m_keys(batch: SampleBatch, generator: torch.Generator | None) -> 
     return batch.traj_id[perm.to(batch.traj_id.device)]
 
 
-def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None) -> Tensor:
+def turn_ratio(policy: Policy, turn_batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor:
     """Per-row ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` of one turn's rows: what enters the factor of ``M``.
 
     The true sequence ratio (product of token ratios), or its geometric mean with
-    ``cfg.m_length_norm``; 1 on placeholders. With ``dp``, each row is scored by its owner
-    (:func:`score_rows`).
+    ``cfg.m_length_norm``; 1 on placeholders. With data parallelism ``policy`` scores each row on
+    its owner (:class:`~seeupo.core.parallel.OwnerScoring`).
     """
     with torch.no_grad():
-        logp = score_rows(policy.token_logps, turn_batch, dp).to(turn_batch.logp_old.device)
+        logp = policy.token_logps(turn_batch).to(turn_batch.logp_old.device)
         return ratio_from_logps(turn_batch, logp, cfg)
 
 
 def advance_factor(
-    factor: Tensor, policy: Policy, batch: SampleBatch, turn: int, cfg: AlgorithmConfig, dp: DataParallel | None = None
+    factor: Tensor, policy: Policy, batch: SampleBatch, turn: int, cfg: AlgorithmConfig
 ) -> Tensor:
     """``F`` once turn ``turn`` is updated: ``F[traj] <- m_factor(F[traj], ratio_t)`` on the turn's trajectories.
 
@@ -144,11 +145,11 @@ def advance_factor(
     if not M_FACTORS.get(cfg.m_factor).uses_ratio:
         return factor
     rows = batch.select(batch.turn == turn)
-    return apply_m_factor(factor, rows, turn_ratio(policy, rows, cfg, dp), cfg)
+    return apply_m_factor(factor, rows, turn_ratio(policy, rows, cfg), cfg)
 
 
 def current_factor(
-    policy: Policy, batch: SampleBatch, turns: list[int], cfg: AlgorithmConfig, dp: DataParallel | None = None
+    policy: Policy, batch: SampleBatch, turns: list[int], cfg: AlgorithmConfig
 ) -> Tensor:
     """``[n_traj]`` the factor of ``M`` under the current policy over ``turns``: for ``happo``,
     ``prod_{k in turns} pi(a_k|h_k) / pi_old(a_k|h_k)``.
@@ -158,13 +159,12 @@ def current_factor(
     """
     factor = torch.ones(batch.num_trajectories, dtype=batch.logp_old.dtype, device=batch.logp_old.device)
     for t in turns:
-        factor = advance_factor(factor, policy, batch, t, cfg, dp)
+        factor = advance_factor(factor, policy, batch, t, cfg)
     return factor
 
 
 def next_factor(
-    factor: Tensor, policy: Policy, batch: SampleBatch, updated: list[int], cfg: AlgorithmConfig,
-    dp: DataParallel | None = None,
+    factor: Tensor, policy: Policy, batch: SampleBatch, updated: list[int], cfg: AlgorithmConfig
 ) -> Tensor:
     """The factor the next turn's weights read, once the turns ``updated`` (in sweep order) are updated.
 
@@ -174,8 +174,8 @@ def next_factor(
     turns' rows.
     """
     if cfg.m_refresh:
-        return current_factor(policy, batch, updated, cfg, dp).to(factor.dtype)
-    return advance_factor(factor, policy, batch, updated[-1], cfg, dp)
+        return current_factor(policy, batch, updated, cfg).to(factor.dtype)
+    return advance_factor(factor, policy, batch, updated[-1], cfg)
 
 
 def sequential_sweep(
@@ -185,7 +185,6 @@ def sequential_sweep(
     cfg: AlgorithmConfig,
     update_turn: TurnUpdate,
     generator: torch.Generator | None = None,
-    dp: DataParallel | None = None,
 ) -> tuple[list[int], Tensor]:
     """The HAML loop of docs/method.md §4 (HAPPO's, Zhong et al. 2024), one turn at a time.
 
@@ -194,8 +193,8 @@ def sequential_sweep(
     takes the turn's ratio ``pi_new(a_t | h_t) / pi_old(a_t | h_t)`` for the same trajectories
     (:func:`next_factor`). ``F`` is indexed by ``traj_id``, so re-ordering the rows cannot misalign
     it. No update reads ``F`` after the last turn, so it is not computed (:func:`final_factor`
-    computes it for logs). With ``dp`` every process runs the same sweep on the same global batch
-    (:mod:`seeupo.core.parallel`).
+    computes it for logs). With data parallelism every process runs the same sweep on the same
+    global batch, ``policy`` scoring each row on its owner (:mod:`seeupo.core.parallel`).
 
     The ablations sit outside the loop's three lines: ``cfg.m_alignment="shuffled"`` (the
     reference code's defect) only changes which trajectory's factor each row reads
@@ -213,7 +212,7 @@ def sequential_sweep(
         rows = batch.turn == t
         update_turn(rows, advantages[rows] * factor[read_key[rows]][:, None])  # M_t = A * F[traj]
         if i + 1 < len(order):  # no update reads F after the last turn
-            factor = next_factor(factor, policy, batch, order[: i + 1], cfg, dp)  # F[traj] <- m_factor(F, ratio_t)
+            factor = next_factor(factor, policy, batch, order[: i + 1], cfg)  # F[traj] <- m_factor(F, ratio_t)
     return order, factor
 
 
@@ -227,8 +226,8 @@ def fusion_blocker(
     (:class:`Policy`). Only the first optimizer step of a turn runs under the weights the previous
     turn's update left, so each turn needs one minibatch (:func:`steps_per_turn`; any number of
     epochs); ``M`` must be aligned (a row's weight reads its own trajectory's factor, computed in
-    its own pass) and take each turn's ratio once (no ``m_refresh``); with ``settings.dp``, a
-    trajectory's rows must have one owner.
+    its own pass) and take each turn's ratio once (no ``m_refresh``); and the execution must allow
+    it (:meth:`UpdateSettings.execution_blocker`: with data parallelism, a trajectory's rows must have one owner).
     """
     settings = settings if settings is not None else UpdateSettings()
     if not settings.fuse_ratio_passes:
@@ -246,24 +245,19 @@ def fusion_blocker(
     minibatches = steps_per_turn(cfg, num_turns(batch))[1]
     if minibatches != 1:
         return f"minibatches={minibatches} > 1 per turn (only a turn's first step runs under the previous turn's weights)"
-    if settings.dp is not None and batch.owner is not None:
-        first = torch.full((batch.num_trajectories,), -1, dtype=batch.owner.dtype, device=batch.owner.device)
-        first[batch.traj_id] = batch.owner
-        if not bool((first[batch.traj_id] == batch.owner).all()):
-            return "a trajectory's rows have more than one owner (data parallelism)"
-    return None
+    return settings.execution_blocker(batch)
 
 
 def can_fuse_ratio_passes(
-    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, dp: DataParallel | None = None
+    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, settings: UpdateSettings | None = None
 ) -> bool:
     """Whether :meth:`~seeupo.core.execution.GradientSteps.fused` makes ``cfg``'s sequential update of ``policy`` on
     ``batch`` (:func:`fusion_blocker` gives the reason where not)."""
-    return fusion_blocker(policy, batch, cfg, UpdateSettings(dp=dp)) is None
+    return fusion_blocker(policy, batch, cfg, settings) is None
 
 
 def final_factor(
-    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, stats: UpdateStats, dp: DataParallel | None = None
+    policy: Policy, batch: SampleBatch, cfg: AlgorithmConfig, stats: UpdateStats
 ) -> Tensor | None:
     """``[n_traj]`` the factor after the whole sweep of a sequential update, every turn's ratio included.
 
@@ -273,7 +267,7 @@ def final_factor(
     """
     if stats.factor is None or not stats.turn_order:
         return None
-    return advance_factor(stats.factor, policy, batch, stats.turn_order[-1], cfg, dp)
+    return advance_factor(stats.factor, policy, batch, stats.turn_order[-1], cfg)
 
 
 def policy_update(
@@ -293,7 +287,7 @@ def policy_update(
     turn's first step (:meth:`~seeupo.core.execution.GradientSteps.fused`; ``stats.fused_ratio_passes``).
     ``settings``: the inputs and execution settings that are not the algorithm
     (:class:`UpdateSettings`; ``None``: defaults).
-    With ``settings.dp`` the result is the single-process update.
+    With data parallelism (``settings.dp``, which only the execution reads) the result is the single-process update.
     """
     settings = settings if settings is not None else UpdateSettings()
     if settings.old_logps_from_update and not is_on_policy(cfg):
@@ -315,7 +309,6 @@ def policy_update(
             factor = steps.fused(batch.turn == t, advantages, factor, batch.turn == order[i - 1] if i > 0 else None)
         stats.turn_order, stats.factor = order, factor
     else:
-        stats.turn_order, stats.factor = sequential_sweep(
-            policy, batch, advantages, cfg, steps, settings.generator, settings.dp
-        )
+        # the sweep's ratio passes score through the execution's scorer (each row on its owner process)
+        stats.turn_order, stats.factor = sequential_sweep(steps.scorer, batch, advantages, cfg, steps, settings.generator)
     return stats

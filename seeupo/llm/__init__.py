@@ -3,7 +3,8 @@
 * :mod:`seeupo.llm.models`: the tiny random Qwen3 (tests) and SmolLM2-135M-Instruct (offline).
 * :mod:`seeupo.llm.layout`: the token layout of ``SampleBatch.data`` and the packing of rows that share prefixes;
 * :mod:`seeupo.llm.policy`: a causal LM as a core ``Policy``;
-  the frozen reference model; the critic and its clipped value loss.
+  the frozen reference model; the critic and its clipped value loss; :mod:`seeupo.llm.passes`: the
+  forward passes they score a batch with (which rows each pass forwards, its inputs, what it reads).
 * :mod:`seeupo.llm.logprobs`: token log-probabilities from the last hidden states and the LM head
   without the ``[positions, vocabulary]`` tensor (chunked, or liger-kernel's fused kernel on CUDA).
 * :mod:`seeupo.llm.rollout`: rollout engines (token ids in, token ids and log-probabilities out).

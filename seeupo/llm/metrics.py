@@ -24,7 +24,7 @@ import torch
 
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.config import AlgorithmConfig
-from seeupo.core.parallel import DataParallel
+from seeupo.core.parallel import DataParallel, owner_scored
 from seeupo.core.update import UpdateStats, current_factor, final_factor
 
 METRICS_FILE = "metrics.jsonl"
@@ -197,13 +197,15 @@ def m_metrics(policy: Any, batch: SampleBatch, algo: AlgorithmConfig, stats: Upd
     the factor after the whole sweep (one no-grad pass over the last turn's rows) and, with
     ``drift``, ``seeupo/m_drift_max``, the largest ``|log F_recorded - log F_current|`` against the
     factor under the final ``policy`` (one more pass over every row). Empty after a simultaneous update.
+    With ``dp`` each row is scored on the process that owns it (:class:`~seeupo.core.parallel.OwnerScoring`).
     """
-    m_final = final_factor(policy, batch, algo, stats, dp)
+    policy = owner_scored(policy, dp)
+    m_final = final_factor(policy, batch, algo, stats)
     if m_final is None:
         return {}
     out = {"seeupo/m_final_mean": float(m_final.mean()), "seeupo/m_final_max": float(m_final.max())}
     if drift:
-        m_current = current_factor(policy, batch, stats.turn_order, algo, dp)
+        m_current = current_factor(policy, batch, stats.turn_order, algo)
         out["seeupo/m_drift_max"] = float((m_final.log() - m_current.log()).abs().max())
     return out
 

@@ -211,7 +211,7 @@ def test_cascade_kernel_equals_segment_kernel_in_float64(heads, kv):
 
 @pytest.mark.parametrize("checkpointing", [None, "keep", "as_needed"])
 def test_a_policy_on_the_cascade_kernel_equals_the_segment_kernel(tiny64, lm_batch, monkeypatch, checkpointing):
-    import seeupo.llm.policy as policy_module
+    import seeupo.llm.passes as passes_module  # where the policy's passes pick their kernel
     from seeupo.llm.distributed import enable_activation_checkpointing
 
     model, _ = tiny64
@@ -221,7 +221,7 @@ def test_a_policy_on_the_cascade_kernel_equals_the_segment_kernel(tiny64, lm_bat
     weights = torch.randn(batch.token_mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     logps, grads = {}, {}
     for kernel in ("segments", "cascade"):
-        monkeypatch.setattr(policy_module, "default_kernel", lambda device, kernel=kernel: kernel)
+        monkeypatch.setattr(passes_module, "default_kernel", lambda device, kernel=kernel: kernel)
         copied = copy.deepcopy(model)
         if checkpointing is not None:
             enable_activation_checkpointing(copied, as_needed=checkpointing == "as_needed")
