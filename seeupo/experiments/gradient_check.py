@@ -4,16 +4,20 @@ For every agentic family (:data:`seeupo.tabular.families.AGENTIC_FAMILIES`: the 
 it chooses, intermediate rewards, stochastic tool results, token actions) and number of turns,
 on random instances, exactly (:mod:`seeupo.tabular.gradient`):
 
-* the **direction**: the estimator's expected update at several start policies (uniform and
-  random) against the policy gradient, per turn and whole; the family's verdict is the worst
-  case's, and that case is saved (``gradient/NAME_FAMILY.json``, format :data:`FORMAT`) so that
-  ``seeupo replay`` recomputes it;
-* the **fixed point**: plain exact ascent with the expected direction from the uniform policy
-  (no optimizer, no clipping): does it reach ``J*``, and if not, where does it stop.
+* the **direction**: the expected first step of the algorithm's whole update (its estimator,
+  the loss's derivative at ratio 1, the aggregation's weights, the ``M`` factor's first value and
+  the schedule: :func:`seeupo.tabular.gradient.update_direction`) at several start policies
+  (uniform and random) against the policy gradient, per turn and whole; the family's verdict is
+  the worst case's, and that case is saved (``gradient/NAME_FAMILY.json``, format :data:`FORMAT`)
+  so that ``seeupo replay`` recomputes it. The estimator's own direction is measured beside it
+  (a component), and where the update's verdict is worse, the part that biases it is named
+  (:func:`seeupo.tabular.gradient.biasing_part`);
+* the **fixed point**: plain exact ascent along the update from the uniform policy (no
+  optimizer, no clipping), on problems of 2 and 3 turns: does it reach ``J*``, and if not, where
+  does it stop.
 
-These are properties of the advantage estimator alone (module docstring of
-:mod:`seeupo.tabular.gradient`): the update's clipping, optimizer and schedule are judged by the
-monotonicity searches and the verify cells.
+The update's clipping beyond ratio 1 and its optimizer are judged by the monotonicity searches and
+the verify cells.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 
 from seeupo.core.config import AlgorithmConfig, PRESETS
 from seeupo.tabular.gradient import (
-    DIRECTIONS, FIXED_POINTS, REL_TOL, STATIONARY, gradient_directions, plain_ascent, worst,
+    DIRECTIONS, FIXED_POINTS, LEVELS, REL_TOL, STATIONARY, biasing_part, gradient_directions, plain_ascent, worst,
 )
 from seeupo.tabular.instances import policy_from_dict, problem_from_dict, problem_to_dict
 from seeupo.tabular.policies import TabularPolicy
@@ -50,8 +54,8 @@ class GradientConfig:
     instances: random problems per family and number of turns; starts: random start policies
       per instance (logits drawn with scale 1), besides the uniform one.
     group_size: ``G`` of a group estimator; reward_levels: rewards on that many levels in [0, 1].
-    ascent_steps, ascent_lr: plain exact ascent from the uniform policy (0 steps: no fixed point);
-      ascent_turns: the numbers of turns whose instances it climbs (the dearest part).
+    ascent_steps, ascent_lr: plain exact ascent along the update from the uniform policy (0 steps:
+      no fixed point); ascent_turns: the numbers of turns whose instances it climbs (the dearest part).
     """
 
     families: tuple[str, ...] = tuple(AGENTIC_FAMILIES)
@@ -62,7 +66,7 @@ class GradientConfig:
     reward_levels: int = 3
     ascent_steps: int = 300
     ascent_lr: float = 10.0
-    ascent_turns: tuple[int, ...] = (2,)
+    ascent_turns: tuple[int, ...] = (2, 3)
     seed: int = 0
 
 
@@ -109,31 +113,40 @@ def policy_at(problem: TreeMDP, probs: list[torch.Tensor]) -> TabularPolicy:
 
 
 def check_family(algorithm: AlgorithmConfig, cfg: GradientConfig, family: str, turns: int) -> dict[str, Any]:
-    """Directions and fixed points of one family and number of turns; the worst case with its instance."""
+    """Directions (the update's and, as a component, the estimator's) and fixed points of one family and number of
+    turns; the update's worst case with its instance, and the part of the update that biases it."""
     start = time.perf_counter()
     algorithm = algorithm.replace(group_size=cfg.group_size)
     problem = family_problems(cfg, family, turns)
-    counts = {v: 0 for v in [*DIRECTIONS, STATIONARY]}
-    worst_case: dict[str, Any] | None = None
     order = [*DIRECTIONS, STATIONARY]
+    counts = {level: {v: 0 for v in order} for level in ("update", "estimator")}
+    worst_case: dict[str, Any] | None = None
     for k, probs in enumerate(start_policies(problem, cfg, family, turns)):
-        for i, d in enumerate(gradient_directions(problem, policy_at(problem, probs), algorithm)):
-            counts[d.verdict] += 1
+        policy = policy_at(problem, probs)
+        for d in gradient_directions(problem, policy, algorithm, "estimator"):
+            counts["estimator"][d.verdict] += 1
+        for i, d in enumerate(gradient_directions(problem, policy, algorithm, "update")):
+            counts["update"][d.verdict] += 1
             rank = (order.index(d.verdict) if d.verdict != STATIONARY else -1, -(d.cosine if not math.isnan(d.cosine) else 1))
             if worst_case is None or rank > worst_case["rank"]:
                 worst_case = {"rank": rank, "instance": i, "start": k, "probs": [p[i: i + 1] for p in probs],
                               "direction": _json_ready(dataclasses.asdict(d))}
     assert worst_case is not None
+    verdicts = {level: worst([v for v, n in c.items() for _ in range(n)]) for level, c in counts.items()}
     result: dict[str, Any] = {
         "family": family, "turns": turns, "text": AGENTIC_FAMILY_TEXT[family], "instances": cfg.instances,
-        "starts": cfg.starts + 1, "counts": {k: v for k, v in counts.items() if v},
-        "verdict": worst([v for v, n in counts.items() for _ in range(n)]),
+        "starts": cfg.starts + 1, "counts": {k: v for k, v in counts["update"].items() if v},
+        "verdict": verdicts["update"],
         "worst": {"instance": worst_case["instance"], "start": "uniform" if worst_case["start"] == 0 else f"random {worst_case['start']}",
                   **worst_case["direction"]},
+        "estimator": {"verdict": verdicts["estimator"], "counts": {k: v for k, v in counts["estimator"].items() if v}},
         "_case": (problem.instance(worst_case["instance"]), worst_case["probs"]),
     }
+    if order.index(verdicts["update"]) > order.index(verdicts["estimator"]) and verdicts["update"] != STATIONARY:
+        one, probs = result["_case"]
+        result["cause"] = biasing_part(one, policy_at(one, probs), algorithm, 0)
     if cfg.ascent_steps and turns in cfg.ascent_turns:
-        ascent = plain_ascent(problem, algorithm, lr=cfg.ascent_lr, steps=cfg.ascent_steps)
+        ascent = plain_ascent(problem, algorithm, lr=cfg.ascent_lr, steps=cfg.ascent_steps, level="update")
         fixed = {v: ascent.verdict.count(v) for v in FIXED_POINTS if ascent.verdict.count(v)}
         gaps = (ascent.J_star - ascent.J[-1]).tolist()
         i = max(range(cfg.instances), key=lambda j: gaps[j])
@@ -183,8 +196,11 @@ def summarise(families: list[dict[str, Any]], cfg: GradientConfig, seconds: floa
         return {"skipped": "no family finished (the check was stopped first)"}
     fixed = [f["fixed_point"]["verdict"] for f in families if "fixed_point" in f]
     planned = len(cfg.families) * len(cfg.turns)
+    causes = sorted({f["cause"] for f in families if "cause" in f})
     return {
         "direction": worst([f["verdict"] for f in families]),
+        "estimator_direction": worst([f["estimator"]["verdict"] for f in families if "estimator" in f]),
+        "causes": causes,
         "fixed_point": next((v for v in ("stops below J*", "still improving") if v in fixed), "reaches J*" if fixed else None),
         "families": families,
         "complete": len(families) == planned,
@@ -205,7 +221,8 @@ def save_case(path: Path, problem: TreeMDP, probs: list[torch.Tensor], algorithm
         "instance": problem_to_dict(problem),
         "start": {"action_probs": [p[0].tolist() for p in probs]},
         "algorithm": algorithm.to_dict(),
-        "recorded": {k: recorded[k] for k in ("verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn")},
+        "recorded": {k: recorded[k] for k in ("verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn")}
+        | {"level": "update"},
     } | ({"plugins": list(plugins)} if plugins else {})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(data, indent=1) + "\n")
@@ -252,7 +269,9 @@ def load_case(path: str | Path) -> GradientCase:
             raise err.inside("start") from None
         algorithm = dataclass_from_dict(AlgorithmConfig, data["algorithm"], "algorithm", LIMITS)
         recorded = as_object(data["recorded"], "recorded")
-        check_keys(recorded, {"verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn"}, set(), "recorded")
+        check_keys(recorded, {"verdict", "cosine", "turn_cosines", "turn_scales", "downhill_turn"}, {"level"}, "recorded")
+        if recorded.get("level", "estimator") not in LEVELS:
+            raise InputError("recorded.level", f"unknown level {recorded['level']!r}; expected one of {list(LEVELS)}")
         return GradientCase(problem, start, algorithm, recorded, plugins)
     except InputError as err:
         raise err.in_file(path) from None
@@ -261,8 +280,10 @@ def load_case(path: str | Path) -> GradientCase:
 def replay_case(case: GradientCase) -> tuple[bool, dict[str, Any]]:
     """Recompute a gradient case: ``(reproduces, recomputed)``; it reproduces when the verdict is the same and
     the cosines agree to 1e-9."""
+    # a case recorded before the update-level verdict is the estimator's
+    level = case.recorded.get("level", "estimator")
     d = dataclasses.asdict(gradient_directions(case.problem, policy_at(case.problem, [p.to(DTYPE) for p in case.start]),
-                                               case.algorithm)[0])
+                                               case.algorithm, level)[0])
 
     def same(a: Any, b: Any) -> bool:
         a, b = float("nan") if a is None else a, float("nan") if b is None else b

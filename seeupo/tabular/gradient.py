@@ -1,7 +1,11 @@
-"""The gradient verdict: where an advantage estimator's expected update points, and where it leads.
+"""The gradient verdict: where an algorithm's expected update points, and where it leads.
 
-Two exact measurements of an estimator on a tabular problem with independent parameters
-(a table of logits per turn, docs/method.md §1):
+Two exact measurements on a tabular problem with independent parameters (a table of logits per
+turn, docs/method.md §1), at two levels (:data:`LEVELS`): the advantage **estimator** alone, and the
+algorithm's whole **update** (:func:`update_direction`: the estimator, the policy loss's derivative
+at ratio 1, the aggregation's per-row and per-token weights, a loss's own turn weights, the ``M``
+factor's first-step value and the schedule's order), the direction the first optimizer step of a
+training run takes in expectation:
 
 * **direction** (:func:`gradient_directions`): the expected update direction at a policy,
   ``g = E[sum_t sum_j A_tj grad log pi(y_j | h_t, y_<j)]``, computed from the exact-mode batch
@@ -14,7 +18,12 @@ Two exact measurements of an estimator on a tabular problem with independent par
   same for every row of a turn in these problems).
 * **fixed point** (:func:`plain_ascent`): plain exact ascent ``theta <- theta + lr * g(theta)``
   with the expected direction recomputed at every step (no optimizer, no clipping, no
-  sampling noise): where the estimator itself leads, apart from any optimizer's choices.
+  sampling noise): where the estimator or the update itself leads, apart from any optimizer's
+  choices.
+
+Where the update's verdict is worse than its estimator's, :func:`biasing_part` names the part of
+the update that biases it: the first of :data:`UPDATE_PARTS` whose neutral choice gives the
+update the estimator's verdict back.
 
 :func:`classify` turns a direction into one of :data:`DIRECTIONS`. Tolerances are set by float64
 noise: the quantities are sums of at most millions of float64 products (relative error near
@@ -24,12 +33,16 @@ noise: the quantities are sums of at most millions of float64 products (relative
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import torch
 
+from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
+from seeupo.core.losses import row_coefficients
+from seeupo.core.registry import adv_estimator
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy, uniform_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -39,6 +52,19 @@ Tensor = torch.Tensor
 
 #: Relative tolerance of every comparison here (module docstring: float64 noise).
 REL_TOL = 1e-9
+
+#: The levels at which a direction is read: the advantage estimator alone, or the algorithm's whole update.
+LEVELS = ("estimator", "update")
+
+#: The parts of an update after its estimator, each with its neutral choice (the one that passes the estimator's
+#: direction through unchanged, up to a positive factor per instance): a plain policy-gradient loss, every token
+#: summed with its row's weight, no ``M`` factor, every turn at once.
+UPDATE_PARTS: dict[str, dict[str, str]] = {
+    "loss": {"update": "reinforce"},
+    "aggregation": {"aggregation": "seq_mean_token_sum"},
+    "M factor": {"m_factor": "none"},
+    "schedule": {"schedule": "simultaneous"},
+}
 
 #: The direction verdicts, best first (a set of cases reports its worst).
 DIRECTIONS: dict[str, str] = {
@@ -115,6 +141,90 @@ def expected_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     return out, scale
 
 
+class _Recorder(torch.optim.Optimizer):
+    """An optimizer that moves nothing: each step adds the parameters' gradients of the loss, negated (the
+    objective's ascent direction), to ``ascent[p]``. Since nothing moves, every step of an update, the
+    turns of a sequential sweep included, is taken at the starting parameters: every ratio is 1."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        super().__init__(params, {})
+        self.ascent = {p: torch.zeros_like(p) for group in self.param_groups for p in group["params"]}
+
+    @torch.no_grad()
+    def step(self, closure: object = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.ascent[p] -= p.grad
+
+
+def _first_step(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig) -> dict[Tensor, Tensor]:
+    """The ascent direction of ``cfg``'s update on ``batch`` at ``policy``, per parameter (:class:`_Recorder`)."""
+    from seeupo.core.update import UpdateSettings, policy_update
+
+    recorder = _Recorder(list(policy.parameters()))
+    first = cfg.replace(epochs=1, minibatches=1, equal_budget=False, kl_coef=0.0)
+    policy_update(policy, recorder, batch, adv.detach(), first, UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    return recorder.ascent
+
+
+@functools.lru_cache(maxsize=256)
+def linear_in_advantage(cfg: AlgorithmConfig) -> bool:
+    """Whether the first step of ``cfg``'s update is linear in the advantages: odd and 2-homogeneous (``g(-A) = -g(A)``,
+    ``g(2A) = 2 g(A)``) on a probe batch (a stop-or-continue problem, a non-uniform policy, advantages of both signs
+    on both turns). A clipped surrogate at ratio 1 is; a loss that keeps only negative advantages is not. Only then
+    does the expected advantage of each path (a group estimator's closed form) give the expected first step."""
+    from seeupo.tabular.problems import stop_or_continue
+    from seeupo.tabular.rollout import exact_batch
+
+    problem = stop_or_continue(0.6, 0.3, (0.5, 0.0))
+    policy = TabularPolicy(problem)
+    policy.set_action_probs([torch.tensor([[[0.3, 0.7]]], dtype=DTYPE), torch.tensor([[[0.5, 0.5], [0.8, 0.2]]], dtype=DTYPE)])
+    batch, _ = exact_batch(problem, policy, cfg.replace(advantage="grae", grae_scale="none", group_size=2))
+    pattern = torch.linspace(-1.0, 1.3, batch.num_rows, dtype=DTYPE)[:, None] * batch.token_mask.to(DTYPE)
+    steps = [_first_step(policy, batch, k * pattern, cfg) for k in (1.0, -1.0, 2.0)]
+    one = torch.cat([g.flatten() for g in steps[0].values()])
+    size = float(one.abs().max()) or 1.0
+    return all(torch.allclose(torch.cat([g.flatten() for g in other.values()]), k * one, rtol=0, atol=1e-12 * size)
+               for other, k in ((steps[1], -1.0), (steps[2], 2.0)))
+
+
+def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:
+    """The expected first step of ``cfg``'s whole update per turn, ``[I, P_t]``, and its scale ``[I]``.
+
+    The algorithm's own update (:func:`seeupo.core.update.policy_update`: its policy loss,
+    aggregation, ``M`` factor and schedule, the code a training run executes) on the exact-mode
+    batch, one optimizer step per turn of a sequential sweep (one for all turns otherwise), with an
+    optimizer that records each step's ascent direction and moves nothing: every ratio is 1, so
+    each turn's step reads the ``M`` factor's first-step value, the derivative of the loss at ratio
+    1 and the aggregation's weights of the whole batch (a trajectory's own length included, where a
+    loss reads it). Gradient-norm clipping and a KL term (whose gradient is zero at the reference)
+    are left out. A group estimator's closed form (each path's expected advantage) gives the
+    expected step only for an update linear in the advantages (:func:`linear_in_advantage`); for
+    another the group-mates are enumerated (:func:`seeupo.tabular.rollout.exact_group_batch`), so
+    that each group draw's advantage goes through the loss. The scale is ``sum_rows |c_i| sum_j
+    |A_ij|`` (``c`` the aggregation's row coefficients): the size its terms could have had.
+    """
+    estimator = adv_estimator(cfg.advantage)
+    closed_form = not (estimator.needs_group_stats and estimator.group_stats_closed_form) or linear_in_advantage(cfg)
+    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form)
+    ascent = _first_step(policy, batch, adv, cfg)
+    turns = _turn_parameters(policy)
+    out = [_per_instance([ascent[p] for p in ps], ps) for ps in turns]
+    real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
+    coef = row_coefficients(batch, cfg.aggregation).to(DTYPE).abs()
+    terms = coef * (adv.detach().to(DTYPE).abs() * real).sum(1)
+    scale = torch.zeros(problem.num_instances, dtype=DTYPE).index_add_(0, batch.instance, terms)
+    return out, scale
+
+
+def direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, level: str) -> tuple[list[Tensor], Tensor]:
+    """:func:`expected_direction` (``level="estimator"``) or :func:`update_direction` (``"update"``)."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; expected one of {LEVELS}")
+    return (expected_direction if level == "estimator" else update_direction)(problem, policy, cfg)
+
+
 @dataclass
 class Direction:
     """The direction verdict of one instance at one policy, with its numbers.
@@ -180,13 +290,37 @@ def value_scale(problem: TreeMDP) -> Tensor:
     return (paths.reward * discount).sum(-1).abs().amax(-1)
 
 
-def gradient_directions(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> list[Direction]:
-    """The direction verdict of ``cfg``'s estimator on every instance of ``problem`` at ``policy``."""
-    expected, scale = expected_direction(problem, policy, cfg)
+def gradient_directions(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                        level: str = "estimator") -> list[Direction]:
+    """The direction verdict of ``cfg``'s estimator (or, ``level="update"``, its whole update) on every instance of
+    ``problem`` at ``policy``."""
+    expected, scale = direction(problem, policy, cfg, level)
     true = policy_gradient(problem, policy)
     values = value_scale(problem)
     return [classify([e[i] for e in expected], [t[i] for t in true], float(scale[i]), float(values[i]))
             for i in range(problem.num_instances)]
+
+
+def biasing_part(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, instance: int) -> str:
+    """The part of ``cfg``'s update that makes its direction on ``instance`` worse than its estimator's: ``"estimator"``
+    when the estimator's own verdict is as bad, else the first of :data:`UPDATE_PARTS` whose neutral choice alone gives
+    the update a better verdict, else ``"several parts"`` (no single one does)."""
+    one = problem.instance(instance)
+    start = [p[instance: instance + 1].detach() for p in policy.action_probs()]
+
+    def verdict(config: AlgorithmConfig, level: str) -> str:
+        candidate = TabularPolicy(one)
+        candidate.set_action_probs(start)
+        return gradient_directions(one, candidate, config, level)[0].verdict
+
+    order = list(DIRECTIONS) + [STATIONARY]
+    own, update = order.index(verdict(cfg, "estimator")), order.index(verdict(cfg, "update"))
+    if own >= update:
+        return "estimator"
+    for part, neutral in UPDATE_PARTS.items():
+        if any(getattr(cfg, k) != v for k, v in neutral.items()) and order.index(verdict(cfg.replace(**neutral), "update")) < update:
+            return part
+    return "several parts"
 
 
 def worst(verdicts: list[str]) -> str:
@@ -215,8 +349,14 @@ class Ascent:
 
 
 def plain_ascent(problem: TreeMDP, cfg: AlgorithmConfig, *, start: list[Tensor] | None = None, lr: float = 10.0,
-                 steps: int = 300, gap_tol: float = 1e-2, stall_ratio: float = 0.05) -> Ascent:
-    """Plain exact ascent ``theta <- theta + lr * g(theta)`` from ``start`` (default: uniform), ``g`` the expected direction.
+                 steps: int = 300, gap_tol: float = 1e-2, stall_ratio: float = 0.05, level: str = "estimator") -> Ascent:
+    """Plain exact ascent ``theta <- theta + lr * c * g(theta)`` from ``start`` (default: uniform), ``g`` the expected
+    direction of the estimator or of the whole update (``level``, :func:`direction`).
+
+    ``c`` is one positive number per instance, fixed at the start: 1 for the estimator, and for the
+    update the ratio of ``|grad J|`` to ``|g|`` at the start (an update's aggregation divides by
+    token and row counts, so its raw step is much shorter); a fixed positive factor moves no fixed
+    point.
 
     An instance *reaches J** when it ends within ``gap_tol`` (times its largest ``|return|``) of
     ``J*``; it *stops below J** when it ends further away and its gap fell by less than
@@ -231,9 +371,16 @@ def plain_ascent(problem: TreeMDP, cfg: AlgorithmConfig, *, start: list[Tensor] 
     history = [evaluate(problem, policy.action_probs()).J.detach()]
     still = torch.ones(problem.num_instances, dtype=torch.bool)
     taken = 0
+    factor: Tensor | None = None
     for _ in range(steps):
-        expected, g_scale = expected_direction(problem, policy, cfg)
+        expected, g_scale = direction(problem, policy, cfg, level)
         norms = torch.stack([e.norm(dim=1) for e in expected]).norm(dim=0)
+        if factor is None:
+            factor = torch.ones(problem.num_instances, dtype=DTYPE)
+            if level == "update":
+                true = torch.stack([t.norm(dim=1) for t in policy_gradient(problem, policy)]).norm(dim=0)
+                factor = torch.where((norms > 0) & (true > 0), true / norms.clamp_min(1e-300), factor)
+        expected = [e * factor[:, None] for e in expected]
         still &= norms > REL_TOL * g_scale.clamp_min(1e-300)
         if not bool(still.any()):
             break

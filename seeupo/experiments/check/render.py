@@ -168,6 +168,10 @@ def gradient_headline(gradient: dict[str, Any]) -> str:
     detail = (f" at turn {turn} (cosine {worst['worst']['turn_cosines'][turn]:.3f}; {where})" if turn is not None
               else f" ({where}; whole cosine {_num(worst['worst']['cosine'])})" if gradient["direction"] != "unbiased" else "")
     words = f"expected update {gradient['direction']}{detail}"
+    estimator = gradient.get("estimator_direction")
+    if estimator and estimator != gradient["direction"]:  # the update's own parts bias it: say which
+        causes = " and ".join(gradient.get("causes") or ["its parts"])
+        words += f" (the estimator alone: {estimator}; the difference is the {causes}'s)"
     if gradient.get("fixed_point"):
         words += f"; plain exact ascent with it {gradient['fixed_point']}"
     return words
@@ -195,6 +199,11 @@ def gradient_markdown(gradient: dict[str, Any], plugins: list[str], out: str) ->
     c = gradient["config"]
     lines = [f"Gradient verdict, exact, on agentic problems: **{gradient['direction']}**. "
              f"{DIRECTIONS.get(gradient['direction'], '')}."]
+    if gradient.get("estimator_direction"):
+        causes = gradient.get("causes") or []
+        lines += [f"The advantage estimator alone: **{gradient['estimator_direction']}**"
+                  + (f"; the part of the update that biases it: **{', '.join(causes)}** (the first whose neutral choice "
+                     "gives the update the estimator's verdict back)" if causes else "") + "."]
     if gradient.get("fixed_point"):
         fixed = [f for f in gradient["families"] if "fixed_point" in f]
         short = sum(f["fixed_point"]["counts"].get("stops below J*", 0) for f in fixed)
@@ -202,12 +211,18 @@ def gradient_markdown(gradient: dict[str, Any], plugins: list[str], out: str) ->
         lines += [f"Plain exact ascent with the expected update (lr {c['ascent_lr']:g}, at most {c['ascent_steps']} steps, from "
                   f"the uniform policy; no optimizer, no clipping): **{gradient['fixed_point']}**"
                   + (f" on {short} of {total} problems" if short else "") + "."]
+    whole = "estimator_direction" in gradient  # a report of before the update-level verdict read the estimator alone
     lines += ["", f"{c['instances']} random problems per family and number of turns, {c['starts'] + 1} start policies each "
               f"(uniform and random), G = {c['group_size']}, rewards on {c['reward_levels']} levels; tolerance "
-              f"{gradient['tolerance']:g} (float64). The direction is the estimator's, "
-              "`E[sum_t A_t grad log pi(a_t|h_t)]` against `grad J`, before the loss's clipping and aggregation.", "",
+              f"{gradient['tolerance']:g} (float64). "
+              + ("The direction is the expected first step of the whole update (the estimator, the loss's derivative at "
+                 "ratio 1, the aggregation's weights, the M factor's first value, the schedule) against `grad J`."
+                 if whole else "The direction is the estimator's, `E[sum_t A_t grad log pi(a_t|h_t)]` against `grad J`, "
+                 "before the loss's clipping and aggregation."), "",
+              "| Family | T | Expected update (worst case) | Estimator alone | Cases | Worst case: cosine (per turn) | "
+              "Plain ascent |" if whole else
               "| Family | T | Expected update (worst case) | Cases | Worst case: cosine (per turn) | Plain ascent |",
-              "|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|" if whole else "|---|---|---|---|---|---|"]
     flags = "".join(f" --plugin {p.split('@sha256:')[0]}" for p in plugins)
     for f in gradient["families"]:
         w = f["worst"]
@@ -219,7 +234,10 @@ def gradient_markdown(gradient: dict[str, Any], plugins: list[str], out: str) ->
             ascent = (f"{fp['verdict']} ({', '.join(f'{v} {n}' for v, n in fp['counts'].items())}; worst J "
                       f"{fp['worst']['J_start']:.3f} -> {fp['worst']['J_end']:.3f}, J* {fp['worst']['J_star']:.3f})")
         file = f" `{f['file']}`" if f.get("file") else ""
-        lines.append(f"| {f['text']} | {f['turns']} | {f['verdict']}{file} | {cases} | {_num(w['cosine'])} ({per_turn}) | {ascent} |")
+        estimator = (f" {f['estimator']['verdict']}" + (f" (the difference: the {f['cause']})" if f.get("cause") else "") + " |"
+                     if whole else "")
+        lines.append(f"| {f['text']} | {f['turns']} | {f['verdict']}{file} |{estimator} {cases} | {_num(w['cosine'])} "
+                     f"({per_turn}) | {ascent} |")
     files = [f["file"] for f in gradient["families"] if f.get("file")]
     if files:
         lines += ["", f"Each worst case replays: `seeupo replay {out}/{files[0]}{flags}` (one file per row)."]

@@ -64,6 +64,11 @@ def committed_counterexamples(name: str) -> tuple[tuple[str, ...], str]:
                      f"recorded with {name} replayed with its recorded settings)")
 
 
+def _shown(path: str) -> str:
+    """A committed file's path from ``paper_repro`` on (the same words wherever the check runs), else as given."""
+    return path[path.rindex("paper_repro"):] if "paper_repro" in path else path
+
+
 def unfinished_parts(estimate: Plan, gradient: dict[str, Any], verify_report: dict[str, Any],
                      searches: list[SearchEntry], partial: str | None) -> list[str]:
     """What of ``estimate``'s plan did not finish, one phrase per part (``[]``: the whole plan ran).
@@ -127,7 +132,7 @@ def monotonicity(verify_report: dict[str, Any], searches: list[SearchEntry],
         evidence += [f"random instances, {c['setting']} {c['parameterization']}: {c['violations']} decreases, "
                      f"largest {c['max_violation']:.2e}" for c in decreased_cells]
         evidence += [f"{e['search']} ({e['setting']}, {e['parameterization']} parameters): J {e['J'][0]:.6f} -> {e['J'][-1]:.6f} "
-                     f"(`{e['file']}`, a saved counterexample that replays)" for e in committed]
+                     f"(`{_shown(e['file'])}`, a saved counterexample that replays)" for e in committed]
         return MonotonicityVerdict(DECREASED, evidence + apart)
     searched = [s for s in searches if s.examples]
     if not exact and not searched:
