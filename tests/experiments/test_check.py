@@ -167,10 +167,10 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
 
 def test_a_refused_exact_mode_is_shown_and_its_sampled_cells_run(monkeypatch):
     # stand in for the contract check's answer on an estimator that fails it (seeupo.core.contract)
-    from seeupo.experiments import verify as verify_module
+    from seeupo.experiments.verify import cells as verify_cells
     from seeupo.experiments.verify import VerifyConfig, markdown, verify
 
-    monkeypatch.setattr(verify_module, "exact_mode_refusal", lambda cfg: "not symmetric in its group")
+    monkeypatch.setattr(verify_cells, "exact_mode_refusal", lambda cfg: "not symmetric in its group")
     cfg = VerifyConfig(instances=2, iterations=2, workers=1, algorithms=("grpo",), parameterizations=("independent",),
                        counterexample_dir="")
     report = verify(cfg)
