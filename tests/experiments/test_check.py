@@ -364,7 +364,8 @@ def test_the_quick_plan_is_a_prefix_of_the_default():
     assert q.iterations <= d.iterations and set(q.modes) <= set(d.modes)
     assert set(q.parameterizations) <= set(d.parameterizations)
     qg, dg = QUICK.gradient, DEFAULT.gradient
-    assert dataclasses.replace(qg, ascent_steps=dg.ascent_steps) == dg and qg.ascent_steps <= dg.ascent_steps
+    assert dataclasses.replace(qg, ascent_steps=dg.ascent_steps, ascent_turns=dg.ascent_turns) == dg
+    assert qg.ascent_steps <= dg.ascent_steps and set(qg.ascent_turns) <= set(dg.ascent_turns)
     assert QUICK.max_examples <= DEFAULT.max_examples and QUICK.seconds is None and DEFAULT.seconds is None
 
 

@@ -128,7 +128,11 @@ def markdown(report: CheckReport) -> str:
         lines += ["", "Convergence on random problems (exact; ST and MT: token bandits; the others: agentic families, "
                   "described under the verify cells): " + "; ".join(cell_words(c) for c in exact_cells) + "."]
     lines += ["", *bridge_markdown(report.bridge)]
-    lines += ["", "## Searches (exact mode)", "", "| Search | Cases evaluated, shrinking included (budget) | Outcome | Replays |", "|---|---|---|---|"]
+    field = field_markdown(report)
+    lines += ["", *field] if field else []
+    # a report of before the fixed plans (no field part) counted shrinking in its cases, and said so
+    cases = "Cases evaluated (planned)" if report.field else "Cases evaluated, shrinking included (budget)"
+    lines += ["", "## Searches (exact mode)", "", f"| Search | {cases} | Outcome | Replays |", "|---|---|---|---|"]
     for s in report.searches:
         replays = ({True: "yes", False: "no"}.get(s.reproduces, "not replayed (interrupted)")) if s.found else "—"
         lines.append(f"| {s.description} | {s.examples} ({s.max_examples}) | {search_outcome(s.to_dict())} | {replays} |")
@@ -156,6 +160,25 @@ def markdown(report: CheckReport) -> str:
               + (f"; estimated {planned.total:.0f} s" if planned and planned.total else "")
               + (f"; budget {planned.budget:.0f} s" if planned and planned.budget else "") + ".", ""]
     return "\n".join(lines)
+
+
+def field_markdown(report: CheckReport) -> list[str]:
+    """The field part's lines of check.md: how many committed counterexamples lowered ``J`` with this algorithm's own
+    update, each that did (with its cause), and every file replayed."""
+    if not report.field:
+        return []
+    lowered = [f for f in report.field if f.decreased]
+    lines = [f"## The field's committed counterexamples, with {report.algorithm}'s own update", "",
+             f"{len(lowered)} of {len(report.field)} lowered J (its own exact update: the verify row's optimizer, step and "
+             "epochs, the recorded group size, from the recorded start, for the recorded iterations)."]
+    if lowered:
+        lines += ["", "| Committed case | Setting | J | This algorithm's case | Replays | Cause |", "|---|---|---|---|---|---|"]
+        for f in lowered:
+            cause = (f.explanation.cause or f.explanation.error or "") if f.explanation else ""
+            lines.append(f"| `{f.file}` | {f.setting}, {f.parameterization} | {f.J[0]:.6f} -> {f.J[-1]:.6f} | `{f.case}` | "
+                         f"{'yes' if f.reproduces else 'no'} | {cause} |")
+    lines += ["", "Replayed: " + ", ".join(f"`{f.file}`" for f in report.field) + "."]
+    return lines
 
 
 def gradient_headline(gradient: dict[str, Any]) -> str:

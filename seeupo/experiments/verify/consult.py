@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from seeupo.core.registry import shown_path
 from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, saved_counterexamples, table1_verdict
 from seeupo.experiments.verify.cells import BASE_SETTINGS, CellResult, VerifyConfig
 from seeupo.experiments.verify.rows import Row
@@ -97,12 +98,13 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
             try:
                 example = Counterexample.load(path)
             except InputError as err:
-                out.append({"file": str(path), "algorithm": name, "skipped": str(err), "reproduces": False, "decreases": False})
+                out.append({"file": shown_path(str(path)), "algorithm": name, "skipped": str(err), "reproduces": False,
+                            "decreases": False})
                 continue
             again = replay(example)
             J = list(again.recomputed)
             largest = max((a - b for a, b in zip(J, J[1:])), default=0.0)
-            out.append({"file": str(path), "search": path.stem, "algorithm": name,
+            out.append({"file": shown_path(str(path)), "search": path.stem, "algorithm": name,
                         "setting": case_setting(example),
                         "parameterization": example.run.parameterization, "mode": example.run.mode,
                         "reproduces": bool(again.reproduces), "decreases": bool(again.reproduces and largest > tol),
