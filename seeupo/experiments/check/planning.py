@@ -96,13 +96,13 @@ class Calibration:
     iteration: seconds per exact-mode iteration of one verify cell (two-turn, the dearer setting;
       with the row's own factor, e.g. RLOO's ten SGD steps). Without an exact mode, a sampled one.
     search_case: seconds per search case (two exact updates: as drawn and with a tightened inner loop).
-    gradient_call: seconds per expected direction on a batch of the gradient part's instances (three
-      turns, stochastic tool results: the dearest family); 0 without an exact mode.
+    gradient_call: seconds per case of the gradient part: the estimator's direction and the update's on a batch
+      of its instances (three turns, stochastic tool results: the dearest family); 0 without an exact mode.
     seconds: what the calibration itself took.
     agentic_iteration: seconds per exact-mode iteration of an agentic family's cell (tool results,
       the dearest family); 0 without an exact mode (no family cell runs).
-    ascent_call: seconds per step of the gradient part's plain ascent (one expected direction on the
-      ascent's problems, the mean over the families); 0 without an exact mode.
+    ascent_call: seconds per step of the gradient part's plain ascent (the update's direction on the
+      ascent's problems, the mean over the families and numbers of turns it climbs); 0 without an exact mode.
     """
 
     iteration: float
@@ -134,9 +134,11 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
         run_cell(row, "tool" if "tool" in cfg.families else cfg.families[0], "exact", "independent", tiny)
         agentic_iteration = (time.perf_counter() - t) / 2
     if exact:
-        gradient_call = _time_gradient_call(name, gradient, ["tool"], max(gradient.turns))
+        # a case reads the estimator's direction and the update's (check_family), on the dearest batch
+        gradient_call = (_time_gradient_call(name, gradient, ["tool"], max(gradient.turns), "estimator")
+                         + _time_gradient_call(name, gradient, ["tool"], max(gradient.turns), "update"))
         if gradient.ascent_steps and gradient.ascent_turns:
-            ascent_call = _time_gradient_call(name, gradient, list(gradient.families), max(gradient.ascent_turns))
+            ascent_call = _time_ascent_step(name, gradient)
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
         t = time.perf_counter()
         # a condition that is never met: hypothesis draws the cases and never shrinks
@@ -146,8 +148,9 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
     return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call)
 
 
-def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int) -> float:
-    """Seconds of one expected direction on the gradient part's batch of ``turns`` turns, the mean over ``families``."""
+def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int, level: str) -> float:
+    """Seconds of one direction verdict at ``level`` (the estimator's or the update's) on the gradient part's batch of
+    ``turns`` turns, the mean over ``families``."""
     from seeupo.core.config import PRESETS
     from seeupo.experiments.gradient_check import family_problems
     from seeupo.tabular.gradient import gradient_directions
@@ -157,8 +160,36 @@ def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], tur
     for family in families:
         problem = family_problems(cfg, family, turns)
         t = time.perf_counter()
-        gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size))
+        gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size), level)
         seconds.append(time.perf_counter() - t)
+    return sum(seconds) / len(seconds)
+
+
+def _time_ascent_step(name: str, cfg: GradientConfig) -> float:
+    """Seconds of one step of the gradient part's plain ascent (:func:`seeupo.tabular.gradient.plain_ascent` with
+    ``level="update"``: the update's direction, then ``J``), the mean over the families and numbers of turns it
+    climbs, from the uniform start: there every path is reachable, so no later step builds a larger exact batch
+    (measured 1.1-1.3x the mean step of grpo's ascents). Timed as the step itself: a whole verdict adds ``grad J``
+    and its scale (1.25x a step), and the estimator's direction on 3 turns alone, the earlier price, is not what
+    the ascent runs."""
+    from seeupo.core.config import PRESETS
+    from seeupo.experiments.gradient_check import family_problems
+    from seeupo.tabular.exact import evaluate
+    from seeupo.tabular.gradient import direction
+    from seeupo.tabular.policies import TabularPolicy
+
+    algorithm = PRESETS[name].replace(group_size=cfg.group_size)
+    first = family_problems(cfg, cfg.families[0], cfg.ascent_turns[0])
+    direction(first, TabularPolicy(first), algorithm, "update")  # untimed: first calls (imports, the linearity probe)
+    seconds = []
+    for family in cfg.families:
+        for t in cfg.ascent_turns:
+            problem = family_problems(cfg, family, t)
+            policy = TabularPolicy(problem)
+            start = time.perf_counter()
+            direction(problem, policy, algorithm, "update")
+            evaluate(problem, policy.action_probs())
+            seconds.append(time.perf_counter() - start)
     return sum(seconds) / len(seconds)
 
 
