@@ -77,8 +77,10 @@ QUICK = CheckBudget(dataclasses.replace(DEFAULT.verify, iterations=8, modes=("ex
 BRIDGE_BASELINES = ("grpo", "seeupo")
 
 SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
-SHRINK_MARGIN = 1.0  # shrinking a case found costs more, but the calibrated cases include hypothesis's start-up, which
-# overstates a case by about as much (measured: 26 planned cases ran in 1-2 s a search); the deadlines bound the rest
+SHRINK_MARGIN = 1.0  # shrinking a case found costs up to 200 more evaluations (SHRINK_CALLS): not priced, since
+# whether a search finds a case is what it measures
+SEARCH_UNIT = 12  # cases of the calibration's timed search: a search of 3 cases cost 0.2-0.46 s a case, a search of
+# 150 cases 0.038 s a case (grpo, 2026-11-29): a few cases price hypothesis's start-up, not a case
 WRITE_SECONDS = 5.0  # the report, figure and replay at the end
 # the bridge on 2 CPU cores shared with other work (2026-11-26, load 3-4, one torch thread): the default
 # (3 seeds; a warm-up of about 25 steps each, then 3 algorithms x 5 steps) took 20-23 s, the quick one
@@ -96,6 +98,7 @@ class Calibration:
     iteration: seconds per exact-mode iteration of one verify cell (two-turn, the dearer setting;
       with the row's own factor, e.g. RLOO's ten SGD steps). Without an exact mode, a sampled one.
     search_case: seconds per search case (two exact updates: as drawn and with a tightened inner loop).
+    search_start: seconds a search takes before its first case (hypothesis's set-up), once per search.
     gradient_call: seconds per case of the gradient part: the estimator's direction and the update's on a batch
       of its instances (three turns, stochastic tool results: the dearest family); 0 without an exact mode.
     seconds: what the calibration itself took.
@@ -111,6 +114,7 @@ class Calibration:
     gradient_call: float = 0.0
     agentic_iteration: float = 0.0
     ascent_call: float = 0.0
+    search_start: float = 0.0
 
 
 def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfig = GradientConfig()) -> Calibration:
@@ -140,12 +144,22 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
         if gradient.ascent_steps and gradient.ascent_turns:
             ascent_call = _time_ascent_step(name, gradient)
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
-        t = time.perf_counter()
-        # a condition that is never met: hypothesis draws the cases and never shrinks
-        tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
-                       condition=lambda case: robust_decrease(case) and False).examples
-        search_case = (time.perf_counter() - t) / max(1, tried)
-    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call)
+
+        def timed_search(cases: int) -> float:
+            t = time.perf_counter()
+            # a condition that is never met: hypothesis draws the cases and never shrinks
+            search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=cases,
+                   condition=lambda case: robust_decrease(case) and False)
+            return time.perf_counter() - t
+
+        # a search's start-up (hypothesis's set-up, 0.3 s) is paid once per search, not per case: time a search
+        # of 1 case and one of SEARCH_UNIT cases (after an untimed one: imports) and tell the two apart
+        timed_search(1)
+        one, more = timed_search(1), timed_search(SEARCH_UNIT)
+        search_case = max(more - one, 0.0) / (SEARCH_UNIT - 1)
+        search_start = max(one - search_case, 0.0)
+    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call,
+                       search_start)
 
 
 def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int, level: str) -> float:
@@ -272,7 +286,7 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     cell_seconds = [_cell_seconds(setting, mode, cfg, cal) for setting, mode, _ in cells]
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
-    searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
+    searches_s = searches * (cal.search_start + budget.max_examples * cal.search_case * SHRINK_MARGIN) if exact else 0.0
     algorithms = len(bridge_presets(name, budget))
     per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)
