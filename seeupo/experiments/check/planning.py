@@ -132,7 +132,7 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
     t = time.perf_counter()
     run_cell(row, "MT", mode, "independent", tiny)
     iteration = (time.perf_counter() - t) / 2
-    search_case = gradient_call = agentic_iteration = ascent_call = 0.0
+    search_case = search_start = gradient_call = agentic_iteration = ascent_call = 0.0
     if exact and cfg.families:
         t = time.perf_counter()
         run_cell(row, "tool" if "tool" in cfg.families else cfg.families[0], "exact", "independent", tiny)
