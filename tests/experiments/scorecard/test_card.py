@@ -234,3 +234,38 @@ def test_a_card_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_one_thread_measures_what_two_measure():
+    """The card's one thread changes no number: the exact runs of a monotonicity part (GRPO's closed form and the
+    generic enumeration) and a plain ascent give the same J on one thread and on two, to 1e-12."""
+    import torch
+
+    from seeupo.core.config import preset
+    from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard.card import context, one_thread
+    from seeupo.tabular.gradient import plain_ascent
+    from seeupo.tabular.train import AlgorithmStep, RunConfig, track
+
+    ctx = context("grpo", caps.QUICK, None)
+    part = caps.monotone_parts(ctx.sizes, "stochastic_outcomes")[4]  # 2-turn tree MDPs, stochastic observations
+
+    def measured() -> list[torch.Tensor]:
+        out = []
+        for closed_form in (True, False):
+            algorithm, run_cfg, _, policy = caps._part_run(ctx, part)
+            run_cfg = RunConfig(**{**run_cfg.__dict__, "exact_closed_form": closed_form})
+            out.append(track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, 2).J)
+        out.append(plain_ascent(part.problem, preset("grpo"), steps=5).J)
+        return out
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = measured()
+        with one_thread():
+            one = measured()
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
