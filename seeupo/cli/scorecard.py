@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seeupo.experiments.scorecard.card import OUTPUTS, format_score, plan_line, score_card, write
+    from seeupo.experiments.scorecard.card import OUTPUTS, calibrate, format_score, plan_line, score_card, write
     from seeupo.experiments.scorecard.field import comparison_cards
 
     if args.field:
@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     err = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     move_earlier_outputs_aside(out, OUTPUTS, args.overwrite, "scorecard", err)
     say = (lambda m: None) if args.no_progress else err
-    say(plan_line(args.name, sizes, bridge=not args.no_bridge))
+    if not args.no_progress:  # the estimate is only said, so it is only measured when progress is shown
+        say(f"scorecard {args.name}: timing a unit of each capability on this machine for the estimate ...")
+        say(plan_line(args.name, sizes, calibrate(args.name, sizes, plugins=args.plugins_loaded), bridge=not args.no_bridge))
     card = score_card(args.name, sizes, out, plugins=args.plugins_loaded, bridge=not args.no_bridge, say=say)
     beside = comparison_cards(others or None, sizes, out, exclude=args.name, plugins=args.plugins_loaded,
                               bridge=not args.no_bridge, say=say) if not card.partial else []

@@ -579,3 +579,15 @@ def test_what_the_quick_check_finds_the_default_finds(tmp_path):
         if mine["worst_instance"] == c["worst_instance"]:
             assert mine["worst_J"][: len(c["worst_J"])] == pytest.approx(c["worst_J"], abs=1e-12)
     assert quick["field"] == default["field"]  # the same update on the same committed cases
+
+
+def test_a_search_pays_its_start_up_once_and_each_case_after():
+    """The searches' estimate: each search's start-up (hypothesis's set-up) once, then its planned cases."""
+    from seeupo.experiments import check
+    from seeupo.experiments.check.planning import SHRINK_MARGIN
+
+    cal = check.Calibration(iteration=0.2, search_case=0.05, seconds=1.0, gradient_call=0.02, ascent_call=0.004,
+                            search_start=0.3)
+    for budget in (check.QUICK, check.DEFAULT):
+        estimate = check.plan("grpo", budget, cal, exact=True, bridge=False, searches=9)
+        assert estimate.search_time == pytest.approx(9 * (0.3 + budget.max_examples * 0.05 * SHRINK_MARGIN))

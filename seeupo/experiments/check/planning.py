@@ -78,8 +78,10 @@ QUICK = CheckBudget(dataclasses.replace(DEFAULT.verify, iterations=8, modes=("ex
 BRIDGE_BASELINES = ("grpo", "seeupo")
 
 SAMPLED_COST = 0.5  # a sampled iteration (4 cheap updates) against an exact one (40 epochs): measured 0.4 on 2 cores
-SHRINK_MARGIN = 1.0  # shrinking a case found costs more, but the calibrated cases include hypothesis's start-up, which
-# overstates a case by about as much (measured: 26 planned cases ran in 1-2 s a search); the deadlines bound the rest
+SHRINK_MARGIN = 1.0  # shrinking a case found costs up to 200 more evaluations (SHRINK_CALLS): not priced, since
+# whether a search finds a case is what it measures
+SEARCH_UNIT = 12  # cases of the calibration's timed search: a search of 3 cases cost 0.2-0.46 s a case, a search of
+# 150 cases 0.038 s a case (grpo, 2026-11-29): a few cases price hypothesis's start-up, not a case
 WRITE_SECONDS = 5.0  # the report, figure and replay at the end
 # the bridge on 2 CPU cores shared with other work (2026-11-26, load 3-4, one torch thread): the default
 # (3 seeds; a warm-up of about 25 steps each, then 3 algorithms x 5 steps) took 20-23 s, the quick one
@@ -97,13 +99,14 @@ class Calibration:
     iteration: seconds per exact-mode iteration of one verify cell (two-turn, the dearer setting;
       with the row's own factor, e.g. RLOO's ten SGD steps). Without an exact mode, a sampled one.
     search_case: seconds per search case (two exact updates: as drawn and with a tightened inner loop).
-    gradient_call: seconds per expected direction on a batch of the gradient part's instances (three
-      turns, stochastic tool results: the dearest family); 0 without an exact mode.
+    search_start: seconds a search takes before its first case (hypothesis's set-up), once per search.
+    gradient_call: seconds per case of the gradient part: the estimator's direction and the update's on a batch
+      of its instances (three turns, stochastic tool results: the dearest family); 0 without an exact mode.
     seconds: what the calibration itself took.
     agentic_iteration: seconds per exact-mode iteration of an agentic family's cell (tool results,
       the dearest family); 0 without an exact mode (no family cell runs).
-    ascent_call: seconds per step of the gradient part's plain ascent (one expected direction on the
-      ascent's problems, the mean over the families); 0 without an exact mode.
+    ascent_call: seconds per step of the gradient part's plain ascent (the update's direction on the
+      ascent's problems, the mean over the families and numbers of turns it climbs); 0 without an exact mode.
     """
 
     iteration: float
@@ -112,6 +115,7 @@ class Calibration:
     gradient_call: float = 0.0
     agentic_iteration: float = 0.0
     ascent_call: float = 0.0
+    search_start: float = 0.0
 
 
 def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfig = GradientConfig()) -> Calibration:
@@ -129,26 +133,39 @@ def calibrate(name: str, cfg: VerifyConfig, exact: bool, gradient: GradientConfi
     t = time.perf_counter()
     run_cell(row, "MT", mode, "independent", tiny)
     iteration = (time.perf_counter() - t) / 2
-    search_case = gradient_call = agentic_iteration = ascent_call = 0.0
+    search_case = search_start = gradient_call = agentic_iteration = ascent_call = 0.0
     if exact and cfg.families:
         t = time.perf_counter()
         run_cell(row, "tool" if "tool" in cfg.families else cfg.families[0], "exact", "independent", tiny)
         agentic_iteration = (time.perf_counter() - t) / 2
     if exact:
-        gradient_call = _time_gradient_call(name, gradient, ["tool"], max(gradient.turns))
+        # a case reads the estimator's direction and the update's (check_family), on the dearest batch
+        gradient_call = (_time_gradient_call(name, gradient, ["tool"], max(gradient.turns), "estimator")
+                         + _time_gradient_call(name, gradient, ["tool"], max(gradient.turns), "update"))
         if gradient.ascent_steps and gradient.ascent_turns:
-            ascent_call = _time_gradient_call(name, gradient, list(gradient.families), max(gradient.ascent_turns))
+            ascent_call = _time_ascent_step(name, gradient)
         spec = algorithm_searches(name)[3]  # two turns, stochastic outcomes: the dearest problems
-        t = time.perf_counter()
-        # a condition that is never met: hypothesis draws the cases and never shrinks
-        tried = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
-                       condition=lambda case: robust_decrease(case) and False).examples
-        search_case = (time.perf_counter() - t) / max(1, tried)
-    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call)
+
+        def timed_search(cases: int) -> float:
+            t = time.perf_counter()
+            # a condition that is never met: hypothesis draws the cases and never shrinks
+            search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=cases,
+                   condition=lambda case: robust_decrease(case) and False)
+            return time.perf_counter() - t
+
+        # a search's start-up (hypothesis's set-up, 0.3 s) is paid once per search, not per case: time a search
+        # of 1 case and one of SEARCH_UNIT cases (after an untimed one: imports) and tell the two apart
+        timed_search(1)
+        one, more = timed_search(1), timed_search(SEARCH_UNIT)
+        search_case = max(more - one, 0.0) / (SEARCH_UNIT - 1)
+        search_start = max(one - search_case, 0.0)
+    return Calibration(iteration, search_case, time.perf_counter() - start, gradient_call, agentic_iteration, ascent_call,
+                       search_start)
 
 
-def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int) -> float:
-    """Seconds of one expected direction on the gradient part's batch of ``turns`` turns, the mean over ``families``."""
+def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], turns: int, level: str) -> float:
+    """Seconds of one direction verdict at ``level`` (the estimator's or the update's) on the gradient part's batch of
+    ``turns`` turns, the mean over ``families``."""
     from seeupo.core.config import PRESETS
     from seeupo.experiments.gradient_check import family_problems
     from seeupo.tabular.gradient import gradient_directions
@@ -158,8 +175,36 @@ def _time_gradient_call(name: str, cfg: GradientConfig, families: list[str], tur
     for family in families:
         problem = family_problems(cfg, family, turns)
         t = time.perf_counter()
-        gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size))
+        gradient_directions(problem, TabularPolicy(problem), PRESETS[name].replace(group_size=cfg.group_size), level)
         seconds.append(time.perf_counter() - t)
+    return sum(seconds) / len(seconds)
+
+
+def _time_ascent_step(name: str, cfg: GradientConfig) -> float:
+    """Seconds of one step of the gradient part's plain ascent (:func:`seeupo.tabular.gradient.plain_ascent` with
+    ``level="update"``: the update's direction, then ``J``), the mean over the families and numbers of turns it
+    climbs, from the uniform start: there every path is reachable, so no later step builds a larger exact batch
+    (measured 1.1-1.3x the mean step of grpo's ascents). Timed as the step itself: a whole verdict adds ``grad J``
+    and its scale (1.25x a step), and the estimator's direction on 3 turns alone, the earlier price, is not what
+    the ascent runs."""
+    from seeupo.core.config import PRESETS
+    from seeupo.experiments.gradient_check import family_problems
+    from seeupo.tabular.exact import evaluate
+    from seeupo.tabular.gradient import direction
+    from seeupo.tabular.policies import TabularPolicy
+
+    algorithm = PRESETS[name].replace(group_size=cfg.group_size)
+    first = family_problems(cfg, cfg.families[0], cfg.ascent_turns[0])
+    direction(first, TabularPolicy(first), algorithm, "update")  # untimed: first calls (imports, the linearity probe)
+    seconds = []
+    for family in cfg.families:
+        for t in cfg.ascent_turns:
+            problem = family_problems(cfg, family, t)
+            policy = TabularPolicy(problem)
+            start = time.perf_counter()
+            direction(problem, policy, algorithm, "update")
+            evaluate(problem, policy.action_probs())
+            seconds.append(time.perf_counter() - start)
     return sum(seconds) / len(seconds)
 
 
@@ -242,7 +287,7 @@ def plan(name: str, budget: CheckBudget, cal: Calibration, *, exact: bool, bridg
     cell_seconds = [_cell_seconds(setting, mode, cfg, cal) for setting, mode, _ in cells]
     parallel = max(1, min(cfg.workers, len(cells)))
     verify_s = sum(cell_seconds) / parallel + (POOL_START_SECONDS if cfg.workers > 1 else 0.0)
-    searches_s = searches * budget.max_examples * cal.search_case * SHRINK_MARGIN if exact else 0.0
+    searches_s = searches * (cal.search_start + budget.max_examples * cal.search_case * SHRINK_MARGIN) if exact else 0.0
     algorithms = len(bridge_presets(name, budget))
     per_seed = (BRIDGE_LOAD_SECONDS + BRIDGE_SECONDS_PER_STEP * budget.bridge_steps * algorithms
                 + BRIDGE_SECONDS_PER_WARMUP_STEP * budget.bridge_warmup)

@@ -220,6 +220,21 @@ def _field_parts(capability: str) -> list[Part]:
             for path, ex in field_counterexamples() if _counterexample_setting(ex) == capability]
 
 
+def _part_run(ctx: Context, part: Part) -> tuple[AlgorithmConfig, Any, int, Any]:
+    """``(algorithm, run config, iterations, start policy)`` of one part's runs."""
+    from seeupo.tabular.train import RunConfig, initial_policy
+
+    algorithm = ctx.config.replace(group_size=part.group_size or ctx.sizes.group_size)
+    iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
+    run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
+                        parameterization=part.parameterization, init_scale=part.init_scale,  # type: ignore[arg-type]
+                        feature_dim=part.feature_dim, seed=ctx.sizes.seed)
+    policy = initial_policy(part.problem, run_cfg)
+    if part.state is not None:
+        policy.load_state_dict(part.state)
+    return algorithm, run_cfg, iterations, policy
+
+
 def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured:
     """The algorithm's own exact update, ``iterations`` times, on every instance of every part; each
     run's largest single-update decrease of ``J`` goes to
@@ -227,22 +242,15 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
     counterexample that ``seeupo replay`` reruns."""
     from seeupo.experiments.counterexamples import Counterexample
     from seeupo.plugins import loaded_plugins
-    from seeupo.tabular.train import AlgorithmStep, RunConfig, initial_policy, track
+    from seeupo.tabular.train import AlgorithmStep, track
 
     start = time.perf_counter()
     decreases: list[float] = []
     worst: tuple[float, Counterexample] | None = None
     left_out = 0
     for part in parts:
-        algorithm = ctx.config.replace(group_size=part.group_size or ctx.sizes.group_size)
-        iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
-        run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
-                            parameterization=part.parameterization, init_scale=part.init_scale,  # type: ignore[arg-type]
-                            feature_dim=part.feature_dim, seed=ctx.sizes.seed)
+        algorithm, run_cfg, iterations, policy = _part_run(ctx, part)
         where = f"{part.words}, {part.start}" if part.start else part.words
-        policy = initial_policy(part.problem, run_cfg)
-        if part.state is not None:
-            policy.load_state_dict(part.state)
         state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         history = track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, iterations)
         drops = (history.J[:-1] - history.J[1:]).amax(0)
@@ -289,43 +297,65 @@ def _trajectory(J: list[float]) -> str:
     return f"update {k + 1}: {J[k]:.6f} -> {J[k + 1]:.6f}"
 
 
-def single_turn_monotone(ctx: Context) -> Measured:
-    s, parts = ctx.sizes, []
+def _single_turn_parts(s: Sizes) -> list[Part]:
+    parts = []
     for k, (levels, g) in enumerate([(2, 2), (3, 3), (11, 4), (2, 5)]):
         problem = random_token_bandit(s.instances, 1, 2, 2, reward_levels=levels, generator=_generator(s, "single_turn_monotone", k))
         parts += _random_parts(f"1-turn token bandits, rewards on {levels} levels, G = {g}", problem, group_size=g)
-    return _monotone_runs(ctx, parts + _field_parts("single_turn_monotone"), "single_turn_monotone")
+    return parts
 
 
-def multi_turn_monotone(ctx: Context) -> Measured:
-    s = ctx.sizes
-    bandit = random_token_bandit(s.instances, 2, 2, 2, reward_levels=3, generator=_generator(s, "multi_turn_monotone", 0))
-    parts = _random_parts("2-turn token bandits", bandit)
+def _multi_turn_parts(s: Sizes, capability: str = "multi_turn_monotone", parameterization: str = "independent") -> list[Part]:
+    bandit = random_token_bandit(s.instances, 2, 2, 2, reward_levels=3, generator=_generator(s, capability, 0))
+    parts = _random_parts("2-turn token bandits", bandit, parameterization)
     for k, family in enumerate(("stop", "intermediate", "tokens"), start=1):
-        problem = random_family(family, s.instances, 2, reward_levels=3, generator=_generator(s, "multi_turn_monotone", k))
-        parts += _random_parts(f"{family} family, 2 turns", problem)
-    return _monotone_runs(ctx, parts + _field_parts("multi_turn_monotone"), "multi_turn_monotone")
+        problem = random_family(family, s.instances, 2, reward_levels=3, generator=_generator(s, capability, k))
+        parts += _random_parts(f"{family} family, 2 turns", problem, parameterization)
+    return parts
 
 
-def stochastic_outcomes(ctx: Context) -> Measured:
-    s, parts = ctx.sizes, []
+def _stochastic_parts(s: Sizes) -> list[Part]:
+    parts = []
     for k, (actions, obs, g) in enumerate([((4,), (3,), 2), ((4,), (3,), 4), ((2, 2), (2, 2), 3)]):
         problem = random_tree_mdp(s.instances, actions, obs, reward_levels=3, generator=_generator(s, "stochastic_outcomes", k))
         turns = f"{len(actions)} turn{'s' if len(actions) > 1 else ''}"
         parts += _random_parts(f"tree MDPs of {turns} with stochastic observations, G = {g}", problem, group_size=g)
     tool = random_family("tool", s.instances, 2, reward_levels=3, generator=_generator(s, "stochastic_outcomes", 9))
-    parts += _random_parts("tool family, 2 turns", tool)
-    return _monotone_runs(ctx, parts + _field_parts("stochastic_outcomes"), "stochastic_outcomes")
+    return parts + _random_parts("tool family, 2 turns", tool)
+
+
+def monotone_parts(s: Sizes, capability: str) -> list[Part]:
+    """The runs of a monotonicity capability: its seeded problems, then the field's counterexamples of its setting."""
+    seeded = {"single_turn_monotone": lambda: _single_turn_parts(s),
+              "multi_turn_monotone": lambda: _multi_turn_parts(s),
+              "stochastic_outcomes": lambda: _stochastic_parts(s),
+              "shared_parameters": lambda: _multi_turn_parts(s, "shared_parameters", "shared")}[capability]()
+    return seeded + _field_parts(capability)
+
+
+def single_turn_monotone(ctx: Context) -> Measured:
+    return _monotone_runs(ctx, monotone_parts(ctx.sizes, "single_turn_monotone"), "single_turn_monotone")
+
+
+def multi_turn_monotone(ctx: Context) -> Measured:
+    return _monotone_runs(ctx, monotone_parts(ctx.sizes, "multi_turn_monotone"), "multi_turn_monotone")
+
+
+def stochastic_outcomes(ctx: Context) -> Measured:
+    return _monotone_runs(ctx, monotone_parts(ctx.sizes, "stochastic_outcomes"), "stochastic_outcomes")
 
 
 def shared_parameters(ctx: Context) -> Measured:
-    s = ctx.sizes
-    bandit = random_token_bandit(s.instances, 2, 2, 2, reward_levels=3, generator=_generator(s, "shared_parameters", 0))
-    parts = _random_parts("2-turn token bandits", bandit, "shared")
-    for k, family in enumerate(("stop", "intermediate", "tokens"), start=1):
-        problem = random_family(family, s.instances, 2, reward_levels=3, generator=_generator(s, "shared_parameters", k))
-        parts += _random_parts(f"{family} family, 2 turns", problem, "shared")
-    return _monotone_runs(ctx, parts + _field_parts("shared_parameters"), "shared_parameters")
+    return _monotone_runs(ctx, monotone_parts(ctx.sizes, "shared_parameters"), "shared_parameters")
+
+
+def _convergence_parts(s: Sizes) -> list[tuple[str, TreeMDP]]:
+    parts = [("2-turn token bandits", random_token_bandit(s.instances, 2, 2, 2, reward_levels=3,
+                                                           generator=_generator(s, "multi_turn_convergence", 0)))]
+    for k, family in enumerate(AGENTIC_FAMILIES, start=1):
+        parts.append((f"{family} family, 2 turns", random_family(family, s.instances, 2, reward_levels=3,
+                                                                  generator=_generator(s, "multi_turn_convergence", k))))
+    return parts
 
 
 def multi_turn_convergence(ctx: Context) -> Measured:
@@ -333,11 +363,7 @@ def multi_turn_convergence(ctx: Context) -> Measured:
 
     s, start = ctx.sizes, time.perf_counter()
     algorithm = ctx.config.replace(group_size=s.group_size)
-    parts = [("2-turn token bandits", random_token_bandit(s.instances, 2, 2, 2, reward_levels=3,
-                                                           generator=_generator(s, "multi_turn_convergence", 0)))]
-    for k, family in enumerate(AGENTIC_FAMILIES, start=1):
-        parts.append((f"{family} family, 2 turns", random_family(family, s.instances, 2, reward_levels=3,
-                                                                  generator=_generator(s, "multi_turn_convergence", k))))
+    parts = _convergence_parts(s)
     fixed_points: list[str] = []
     worst: tuple[float, str] | None = None
     left_out = 0
@@ -513,6 +539,119 @@ def lm_bridge(ctx: Context) -> Measured:
     score = rules.mean_gain_fraction([r["J_initial"] for r in runs], [r["J_final"] for r in runs],
                                      [r["J_star"] for r in runs])
     return Measured(score, covered, result.summary, evidence=["bridge"], seconds=time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------------------ timing
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A small piece of a capability that :func:`estimate_seconds` times: running ``run`` once stands for ``times``
+    of it in the capability (one update of a part's runs, some steps of an ascent, one expected direction)."""
+
+    run: Callable[[], object]
+    times: float
+
+
+#: Steps of plain ascent a convergence unit takes (its time per step is the unit's over these, so the ascent's
+#: fixed costs, J* and the first call, are counted once per this many steps: an overestimate of a few per cent).
+ASCENT_UNIT_STEPS = 8
+
+
+def _monotone_units(ctx: Context, capability: str) -> list[Unit]:
+    """One update of each distinct problem of the capability (a uniform and a random start share one), standing for
+    every update of its runs; its ``J*`` and ``constant_J`` counted with each update (a small overestimate)."""
+    from seeupo.tabular.train import AlgorithmStep, track
+
+    groups: dict[tuple[int, str, int | None], tuple[Part, int]] = {}
+    for part in monotone_parts(ctx.sizes, capability):
+        key = (id(part.problem), part.parameterization, part.group_size)
+        iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
+        first, total = groups.get(key, (part, 0))
+        groups[key] = (first, total + iterations)
+
+    def one_update(part: Part) -> Callable[[], object]:
+        def run() -> object:
+            algorithm, run_cfg, _, policy = _part_run(ctx, part)
+            constant_J(part.problem)
+            return track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, 1)
+        return run
+
+    return [Unit(one_update(part), total) for part, total in groups.values()]
+
+
+def _convergence_units(ctx: Context) -> list[Unit]:
+    from seeupo.tabular.gradient import plain_ascent
+
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    steps = min(ASCENT_UNIT_STEPS, s.ascent_steps)
+    return [Unit(lambda problem=problem: plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=steps),
+                 s.ascent_steps / max(steps, 1)) for _, problem in _convergence_parts(s)]
+
+
+def _credit_units(ctx: Context) -> list[Unit]:
+    """One expected direction (one instance, uniform start) per family and number of turns, standing for every
+    instance and start of it."""
+    from seeupo.tabular.gradient import gradient_directions
+
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    units = []
+    for k, (family, turns) in enumerate([(f, t) for f in ("stop", "intermediate", "tool") for t in (2, 3)]):
+        one = random_family(family, s.instances, turns, reward_levels=3,
+                            generator=_generator(s, "agentic_credit", k)).instance(0)
+        uniform = random_starts(one, 0, torch.Generator())[0]
+        units.append(Unit(lambda one=one, uniform=uniform: gradient_directions(one, policy_at(one, uniform), algorithm),
+                          s.instances * (1 + s.starts)))
+    return units
+
+
+def _invariance_units(ctx: Context) -> list[Unit]:
+    """One expected direction of each problem, standing for its starts and transforms (zero-variance groups: for its
+    constant and needle problems)."""
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    units = []
+    for turns in (1, 2):
+        problem = random_token_bandit(s.instances, turns, 2, 2, reward_levels=3,
+                                      generator=_generator(s, "reward_invariance", turns - 1))
+        uniform = random_starts(problem, 0, torch.Generator())[0]
+        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
+                          (1 + s.starts) * (1 + len(TRANSFORMS))))
+    return units
+
+
+def _zero_variance_units(ctx: Context) -> list[Unit]:
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    units = []
+    for turns in (1, 2):
+        problem = _needle_bandit(s.instances, turns, _generator(s, "zero_variance_groups", turns))
+        uniform = random_starts(problem, 0, torch.Generator())[0]
+        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
+                          3 * (1 + s.starts)))
+    return units
+
+
+def units(ctx: Context, capability: str) -> list[Unit]:
+    """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
+    if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
+        return _monotone_units(ctx, capability)
+    return {"multi_turn_convergence": _convergence_units, "agentic_credit": _credit_units,
+            "reward_invariance": _invariance_units, "zero_variance_groups": _zero_variance_units,
+            "lm_bridge": lambda ctx: []}[capability](ctx)
+
+
+def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:
+    """``capability``'s seconds on this machine: each of its :func:`units` timed once and counted as often as the
+    capability runs it. What the units take is part of the wall time a plan states (they are not reused)."""
+    total = 0.0
+    for unit in units(ctx, capability):
+        t = clock()
+        unit.run()
+        total += (clock() - t) * unit.times
+    return total
 
 
 MONOTONE_RULE = "share of runs whose exact J never fell by more than 1e-7 in one update"

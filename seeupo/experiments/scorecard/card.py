@@ -9,12 +9,13 @@ bridge runs), :func:`radar` draws it over other cards.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Capability, Context, Measured, Sizes
 from seeupo.experiments.scorecard.rules import Score, no_evidence
@@ -106,7 +107,7 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
     card = Card(name, PRESETS[name].to_dict(), list(plugins), sizes, {})
     refused = exact_refusal(ctx)
     chosen = [c for c in CAPABILITIES if only is None or c.name in only]
-    with SignalWatch() as watch:  # SIGTERM stops a card as Ctrl-C does
+    with SignalWatch() as watch, one_thread():  # SIGTERM stops a card as Ctrl-C does
         for k, cap in enumerate(chosen, start=1):
             why = _why_not(cap, refused, bridge)
             if why is not None:
@@ -132,25 +133,77 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
     return card
 
 
-#: Seconds per capability of ``grpo``'s card at the default sizes, measured on 2 CPU cores (the field of
-#: 2026-11-28, two cards at once), and the bridge's per seed (three algorithms: the card's and the two
-#: baselines). A plan scales them with the sizes; a plugin's estimator may be slower (GiGPO's took 405-467 s).
-NOMINAL_SECONDS = {"single_turn_monotone": 10.3, "multi_turn_monotone": 14.0, "stochastic_outcomes": 10.4,
-                   "shared_parameters": 13.2, "multi_turn_convergence": 10.9, "agentic_credit": 0.7,
-                   "reward_invariance": 0.1, "zero_variance_groups": 0.1}
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread inside, the previous count restored after.
+
+    The exact problems' tensors are small (tens to a few hundred thousand rows), and on a machine
+    with other work torch's threads waiting for each other cost far more than they bring: one part
+    of 8 updates (6 one-turn bandits, GRPO) took 11.6 s with two threads and 1.2 s with one, beside
+    one other busy process on 2 cores (benchmarks/RESULTS.md, 2026-11-29). ``--field`` runs each
+    card on one thread already."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: The bridge's seconds per seed on 2 CPU cores (the field of 2026-11-28, two cards at once; three algorithms: the
+#: card's and the two baselines), scaled by the steps. A fixed figure: it is not timed before a card.
 BRIDGE_SECONDS_PER_SEED = 6.5
+#: Drawing the radar over the field's cards and writing the files, after the last capability (measured 2-3 s).
+WRITE_SECONDS = 3.0
 
 
-def plan_line(name: str, sizes: Sizes, *, bridge: bool) -> str:
-    """The plan said before a card starts: the capabilities, the sizes and a rough estimate of the time."""
-    default = Sizes()
-    scale = (sizes.instances * sizes.iterations) / (default.instances * default.iterations)
-    exact = sum(NOMINAL_SECONDS.values()) * scale
-    lm = BRIDGE_SECONDS_PER_SEED * len(sizes.bridge_seeds) * sizes.bridge_steps / default.bridge_steps if bridge else 0.0
+@dataclass(frozen=True)
+class Calibration:
+    """This machine's speed on one algorithm's card (:func:`calibrate`).
+
+    capabilities: each exact capability's estimated seconds (its units timed, :func:`~seeupo.experiments.scorecard.
+    capabilities.estimate_seconds`); seconds: what the timing itself took (part of the wall time).
+    """
+
+    capabilities: dict[str, float]
+    seconds: float
+
+
+def calibrate(name: str, sizes: Sizes, *, plugins: tuple[str, ...] = (), only: Sequence[str] | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> Calibration:
+    """Time a unit of each exact capability of ``name``'s card on this machine (one update of each problem, a few
+    ascent steps, one direction of each problem) after one untimed unit (first calls: imports, caches), on one
+    thread as the card runs (:func:`one_thread`)."""
+    from seeupo.experiments.scorecard.capabilities import estimate_seconds, units
+
+    start = clock()
+    ctx = context(name, sizes, None, plugins)
+    chosen = [c.name for c in CAPABILITIES if c.exact and (only is None or c.name in only)]
+    seconds: dict[str, float] = {}
+    with one_thread():
+        if chosen and exact_refusal(ctx) is None:
+            first = units(ctx, chosen[0])
+            if first:
+                first[0].run()
+            seconds = {c: estimate_seconds(ctx, c, clock) for c in chosen}
+    return Calibration(seconds, clock() - start)
+
+
+def estimate(sizes: Sizes, cal: Calibration, *, bridge: bool) -> float:
+    """The card's seconds from ``cal``: the timing, the capabilities, the bridge (a fixed figure) and the writing."""
+    lm = BRIDGE_SECONDS_PER_SEED * len(sizes.bridge_seeds) * sizes.bridge_steps / Sizes().bridge_steps if bridge else 0.0
+    return cal.seconds + sum(cal.capabilities.values()) + lm + WRITE_SECONDS
+
+
+def plan_line(name: str, sizes: Sizes, cal: Calibration, *, bridge: bool) -> str:
+    """The plan said before a card starts: the capabilities, the sizes and the estimate from ``cal``."""
     return (f"scorecard {name}: {len(CAPABILITIES) - (0 if bridge else 1)} capabilities on fixed seeded problems "
             f"({sizes.instances} per part, {sizes.iterations} exact updates per run)"
             + (f" and the bridge ({len(sizes.bridge_seeds)} seeds x {sizes.bridge_steps} steps)" if bridge else "")
-            + f"; about {exact + lm:.0f} s for a built-in estimator on 2 cores (a plugin's may be slower)")
+            + f"; estimate {estimate(sizes, cal, bridge=bridge):.0f} s in all (calibrated on this machine in "
+              f"{cal.seconds:.0f} s)")
 
 
 def _why_not(cap: Capability, refused: str | None, bridge: bool) -> str | None:

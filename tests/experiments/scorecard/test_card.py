@@ -184,3 +184,88 @@ def test_sigterm_keeps_the_finished_capabilities_and_exits_143(seeupo, tmp_path,
     card = json.loads((tmp_path / "card" / "card.json").read_text())
     assert card["partial"] is True and [n for n, c in card["capabilities"].items() if "score" in c] == [NAMES[0]]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is given back
+
+
+def test_the_plan_line_states_the_calibrated_estimate():
+    """The estimate is the timing, each capability's calibrated seconds, the bridge's fixed figure and the writing."""
+    from seeupo.experiments.scorecard.card import BRIDGE_SECONDS_PER_SEED, WRITE_SECONDS, Calibration, estimate, plan_line
+
+    cal = Calibration({"single_turn_monotone": 10.0, "multi_turn_convergence": 20.0}, seconds=2.0)
+    sizes = Sizes()
+    assert estimate(sizes, cal, bridge=False) == pytest.approx(32.0 + WRITE_SECONDS)
+    assert estimate(sizes, cal, bridge=True) == pytest.approx(32.0 + WRITE_SECONDS + 5 * BRIDGE_SECONDS_PER_SEED)
+    line = plan_line("grpo", sizes, cal, bridge=False)
+    assert f"estimate {32 + WRITE_SECONDS:.0f} s in all (calibrated on this machine in 2 s)" in line
+    assert "8 capabilities" in line and "bridge" not in line
+
+
+def test_each_unit_counts_as_often_as_its_capability_runs_it(monkeypatch):
+    """A clock that advances 1 s per reading makes every unit take 1 s: a capability's estimate is then the sum of its
+    units' counts; a monotonicity capability's counts are every update of its runs (a problem timed once for both
+    starts)."""
+    from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard.card import context
+
+    ctx = context("grpo", caps.QUICK, None)
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(caps, "units", lambda ctx, c: [caps.Unit(lambda: None, 3.0), caps.Unit(lambda: None, 0.5)])
+    assert caps.estimate_seconds(ctx, "agentic_credit", clock=lambda: float(next(ticks))) == 3.5
+    monkeypatch.undo()
+    parts = caps.monotone_parts(ctx.sizes, "multi_turn_monotone")
+    counted = caps.units(ctx, "multi_turn_monotone")
+    assert sum(u.times for u in counted) == sum((p.iterations or ctx.sizes.iterations) * ctx.iterations_factor for p in parts)
+    assert len(counted) == len({id(p.problem) for p in parts})
+    for name in NAMES:
+        assert isinstance(caps.units(ctx, name), list)
+
+
+def test_a_card_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
+    import torch
+
+    from seeupo.experiments.scorecard import card as card_module
+
+    seen = []
+    monkeypatch.setattr(card_module, "_measure", lambda cap, ctx: seen.append(torch.get_num_threads()) or Measured(
+        Score(1.0, 1, 1, None, None), ""))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        card_module.score_card("grpo", Sizes(), None, bridge=False, only=["reward_invariance"], say=lambda m: None)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_one_thread_measures_what_two_measure():
+    """The card's one thread changes no number: the exact runs of a monotonicity part (GRPO's closed form and the
+    generic enumeration) and a plain ascent give the same J on one thread and on two, to 1e-12."""
+    import torch
+
+    from seeupo.core.config import preset
+    from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard.card import context, one_thread
+    from seeupo.tabular.gradient import plain_ascent
+    from seeupo.tabular.train import AlgorithmStep, RunConfig, track
+
+    ctx = context("grpo", caps.QUICK, None)
+    part = caps.monotone_parts(ctx.sizes, "stochastic_outcomes")[4]  # 2-turn tree MDPs, stochastic observations
+
+    def measured() -> list[torch.Tensor]:
+        out = []
+        for closed_form in (True, False):
+            algorithm, run_cfg, _, policy = caps._part_run(ctx, part)
+            run_cfg = RunConfig(**{**run_cfg.__dict__, "exact_closed_form": closed_form})
+            out.append(track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, 2).J)
+        out.append(plain_ascent(part.problem, preset("grpo"), steps=5).J)
+        return out
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = measured()
+        with one_thread():
+            one = measured()
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
