@@ -152,9 +152,10 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-#: The bridge's seconds per seed on 2 CPU cores (the field of 2026-11-28, two cards at once; three algorithms: the
-#: card's and the two baselines), scaled by the steps. A fixed figure: it is not timed before a card.
-BRIDGE_SECONDS_PER_SEED = 6.5
+#: The bridge's seconds per seed on 2 idle CPU cores (three algorithms: the card's and the two baselines), scaled by
+#: the steps. A fixed figure: it is not timed before a card. Measured 2026-11-29, `seeupo scorecard grpo` alone: 13.9 s
+#: for 5 seeds (2.8 s a seed; 6.5 s a seed in the field of 2026-11-28, two cards at once on the same 2 cores).
+BRIDGE_SECONDS_PER_SEED = 3.0
 #: Drawing the radar over the field's cards and writing the files, after the last capability (measured 2-3 s).
 WRITE_SECONDS = 3.0
 
