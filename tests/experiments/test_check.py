@@ -94,7 +94,7 @@ def test_a_zero_estimator_gets_no_learning_signal_in_verify_and_check(tmp_path):
 
     (tmp_path / "zero.py").write_text(ZERO)
     done = seeupo("check", "zero_grpo", "--plugin", "zero.py", "--quick", "--no-bridge", "--no-progress",
-                  "--budget", "30", "--out", "out", cwd=tmp_path)
+                  "--max-examples", "4", "--out", "out", cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # measured nothing: not a pass
     assert done.stdout.startswith(f"zero_grpo: {NO_SIGNAL}; ")
     report = json.loads((tmp_path / "out/check.json").read_text())
@@ -151,9 +151,9 @@ def test_sigterm_writes_a_partial_report_and_overwrite_keeps_the_counterexamples
     assert "(partial: stopped by SIGTERM)" in text and "**Partial report**" in text and found[0]["file"] in text
     assert report["monotonicity"]["measured"] == "J decreased"
 
-    # --overwrite moves the earlier files aside (the budget's logic is tested apart, with no clock: test_fit_*)
+    # --overwrite moves the earlier files aside
     again = seeupo("check", "anti_pg", "--plugin", "anti.py", "--quick", "--no-bridge", "--no-progress",
-                   "--budget", "20", "--out", "out", "--overwrite", cwd=tmp_path)
+                   "--max-examples", "4", "--out", "out", "--overwrite", cwd=tmp_path)
     assert again.returncode == 0, again.stderr  # whatever the verdict, without --fail-on-decrease
     assert "moving the earlier check's files aside" in again.stderr
     previous = list((tmp_path / "out").glob("previous-*"))
@@ -223,8 +223,8 @@ def test_an_explanation_that_fails_is_one_line_in_the_report(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_compare_reports_both_algorithms_side_by_side(tmp_path):
-    done = seeupo("check", "seeupo", "--compare", "grpo", "--quick", "--no-bridge", "--no-progress", "--budget", "30",
-                  "--out", "out", cwd=tmp_path)
+    done = seeupo("check", "seeupo", "--compare", "grpo", "--quick", "--no-bridge", "--no-progress", "--max-examples",
+                  "4", "--out", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [line.split(":")[0] for line in done.stdout.splitlines()[:2]] == ["seeupo", "grpo"]
     report = json.loads((tmp_path / "out/check.json").read_text())
@@ -421,16 +421,29 @@ def test_a_budget_stop_is_judged_by_its_verdict(partial, measured, fail_on_decre
         assert line.startswith("inconclusive: ") and line.endswith("(stopped by its --budget)")
 
 
+def test_a_budget_that_passes_at_once_is_a_partial_inconclusive_report(tmp_path):
+    """--budget stops the check wherever it is (here before its calibration ends): a partial report, no verdict,
+    exit 1 with one line; never a traceback."""
+    done = seeupo("check", "grpo", "--quick", "--no-bridge", "--no-progress", "--budget", "0.001", "--out", "out",
+                  cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("seeupo check: inconclusive: ") and "Traceback" not in done.stderr
+    assert done.stderr.rstrip().endswith("(stopped by its --budget)")
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["partial"] == "budget" and report["monotonicity"]["measured"] in (None, "inconclusive")
+
+
 def test_the_budget_is_an_alarm_that_stops_the_run_as_a_signal_does():
     """The watch's alarm raises Interrupted('budget') in the main thread and records it; leaving the watch cancels it."""
     from seeupo.experiments.check import BUDGET, Interrupted, SignalWatch
 
     with SignalWatch(time.monotonic() + 0.05) as watch:
         with pytest.raises(Interrupted, match=BUDGET):
+            watch.arm()
             time.sleep(5)
     assert watch.received == [BUDGET] and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    with SignalWatch(time.monotonic() + 60):
-        pass
+    with SignalWatch(time.monotonic() + 60) as watch:
+        watch.arm()
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # an alarm not rung is cancelled on the way out
 
 

@@ -39,9 +39,11 @@ class SignalWatch:
     handlers it found. A Ctrl-C that lands inside the import of torch or numpy (a lazy import
     of torch's, as the first optimizer step makes) cannot be raised there
     (:mod:`seeupo.interrupts`): it is recorded and raised at the run's next checkpoint
-    (:meth:`raise_if_signalled`), so that the report is still written. ``deadline`` (a :func:`time.monotonic`
-    value) sets an alarm that raises :class:`Interrupted` when it passes, recorded as
-    :data:`BUDGET`. In another thread it installs nothing (Python handles signals in the main
+    (:meth:`raise_if_signalled`), so that the report is still written. ``deadline`` (a
+    :func:`time.monotonic` value) is an alarm, started by :meth:`arm` (inside the run's own ``try``,
+    so that even a deadline already past lands where the run catches it), that raises
+    :class:`Interrupted` when it passes, recorded as :data:`BUDGET` (deferred as Ctrl-C is inside a
+    fragile import). In another thread it installs nothing (Python handles signals in the main
     thread only) and records nothing: a deadline there is :class:`ValueError`, not a silent no-op.
     """
 
@@ -61,9 +63,13 @@ class SignalWatch:
             self._previous_int = signal.signal(signal.SIGINT, self._interrupt)
             if self._deadline is not None:
                 self._previous_alarm = signal.signal(signal.SIGALRM, self._budget)
-                # at least a microsecond: an interval of 0 would cancel the alarm instead of ringing it now
-                signal.setitimer(signal.ITIMER_REAL, max(1e-6, self._deadline - time.monotonic()))
         return self
+
+    def arm(self) -> None:
+        """Start the budget's alarm (nothing without a deadline)."""
+        if self._active and self._deadline is not None:
+            # at least a microsecond: an interval of 0 would cancel the alarm instead of ringing it now
+            signal.setitimer(signal.ITIMER_REAL, max(1e-6, self._deadline - time.monotonic()))
 
     def __exit__(self, *exc: object) -> None:
         # left ignored (by hold), SIGTERM and SIGINT would stay ignored in this process and in every process it
@@ -87,9 +93,12 @@ class SignalWatch:
             return
         raise KeyboardInterrupt
 
-    def _budget(self, _signum: int, _frame: FrameType | None) -> None:
+    def _budget(self, _signum: int, frame: FrameType | None) -> None:
+        from seeupo.interrupts import inside_fragile_import
+
         self.received.append(BUDGET)
-        raise Interrupted(BUDGET)
+        if not inside_fragile_import(frame):  # else raised at the next checkpoint, as a deferred Ctrl-C
+            raise Interrupted(BUDGET)
 
     def _raise(self, signum: int, _frame: FrameType | None) -> None:
         self.received.append(signal.Signals(signum).name)
@@ -158,6 +167,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         deadline = time.monotonic() + budget.seconds
     with SignalWatch(deadline) as watch:
         try:
+            watch.arm()
             # plan: time this machine for the estimate (the sizes are the budget's own), say it
             if calibration is None:
                 say(f"check {name}: timing one update of each part on this machine for the estimate ...")
