@@ -61,11 +61,11 @@ MAX_STEPS = 100_000
 MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per iteration
 
 
-def _stop_inside(error: BaseException) -> "_OutOfTime | _PlanDone | _ShrinkDone | KeyboardInterrupt | None":
-    """The stop of ours (time-out, plan done, shrinking done, interrupt) that ``error`` is or holds: hypothesis wraps
-    one that comes while it replays the case it found (a ``FlakyFailure``, an exception group) instead of letting it
+def _stop_inside(error: BaseException) -> "_PlanDone | _ShrinkDone | KeyboardInterrupt | None":
+    """The stop of ours (plan done, shrinking done, interrupt) that ``error`` is or holds: hypothesis wraps one that
+    comes while it replays the case it found (a ``FlakyFailure``, an exception group) instead of letting it
     through."""
-    if isinstance(error, (_OutOfTime, _PlanDone, _ShrinkDone, KeyboardInterrupt)):
+    if isinstance(error, (_PlanDone, _ShrinkDone, KeyboardInterrupt)):
         return error
     for inner in getattr(error, "exceptions", ()):
         found = _stop_inside(inner)
@@ -401,13 +401,9 @@ class SearchResult:
     examples: int  # cases drawn and evaluated (the plan's cases; shrinking not counted)
     seed: int
     moved: int = -1  # cases in which the update moved J at all (-1: not counted, a custom condition)
-    stopped: str = ""  # "interrupted" (Ctrl-C, SIGTERM, a budget's alarm) or "budget" (``deadline``); "" when it ran its plan
+    stopped: str = ""  # "interrupted" (Ctrl-C, SIGTERM, a budget's alarm); "" when it ran its plan
     shrink_calls: int = 0  # evaluations spent shrinking the case found
     exhausted: bool = False  # hypothesis ran out of distinct cases before ``max_examples``: the plan is complete
-
-
-class _OutOfTime(Exception):
-    """Raised inside hypothesis's loop when a search's deadline has passed."""
 
 
 class _PlanDone(Exception):
@@ -444,7 +440,6 @@ def search(
     max_examples: int = 100,
     seed: int = 0,
     condition: Callable[[Case], bool] | None = None,
-    deadline: float | None = None,
     keep_on_interrupt: bool = False,
     shrink_calls: int | None = SHRINK_CALLS,
     setting: str = "",
@@ -462,11 +457,10 @@ def search(
     the cases in which ``J`` moved at all (``moved``: a search whose cases never move ``J`` measured
     nothing). Returns the recorded minimal counterexample, or ``None`` with the number of cases tried.
 
-    ``deadline`` (a :func:`time.monotonic` value) stops the search when it passes, and with
-    ``keep_on_interrupt`` Ctrl-C / SIGTERM (``KeyboardInterrupt``) stops it too instead of
-    propagating: either way the last failing case seen is recorded (not shrunk to the end, said in
-    its ``search`` info) so that no counterexample found is lost, and ``stopped`` says why
-    (``"budget"`` or ``"interrupted"``): the plan did not finish. The caller then stops on an interrupt.
+    No clock stops a search. With ``keep_on_interrupt``, Ctrl-C, SIGTERM or a budget's alarm
+    (``KeyboardInterrupt``) stops it instead of propagating: the last failing case seen is recorded
+    (not shrunk to the end, said in its ``search`` info) so that no counterexample found is lost, and
+    ``stopped`` is ``"interrupted"``: the plan did not finish. The caller then stops.
 
     Hypothesis's own messages (such as its warning about slow shrinking, which asks the reader to
     report to hypothesis) are kept from the terminal; the result says what happened instead.
@@ -475,8 +469,6 @@ def search(
     ``search`` info, so that whoever consults the file knows which cells it bears on
     (:func:`case_setting`).
     """
-    import time
-
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
     from hypothesis.reporting import with_reporter
@@ -494,8 +486,6 @@ def search(
 
     def counted(case: Case) -> bool:
         nonlocal count, last_failing, shrinking
-        if deadline is not None and time.monotonic() > deadline:
-            raise _OutOfTime
         if last_failing is None:
             if count >= max_examples:
                 raise _PlanDone
@@ -529,7 +519,7 @@ def search(
             raise
         if isinstance(stop, _PlanDone):
             return result(None)
-        why = "" if isinstance(stop, _ShrinkDone) else "budget" if isinstance(stop, _OutOfTime) else "interrupted"
+        why = "" if isinstance(stop, _ShrinkDone) else "interrupted"
         found = None
         if last_failing is not None:
             words = f"shrinking stopped after {shrink_calls} evaluations" if why == "" else f"{why} while shrinking"

@@ -42,7 +42,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.losses import row_coefficients
-from seeupo.core.registry import adv_estimator
+from seeupo.core.registry import AGGREGATIONS, M_FACTORS, POLICY_LOSSES, adv_estimator
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy, uniform_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -168,12 +168,19 @@ def _first_step(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: Alg
     return recorder.ascent
 
 
-@functools.lru_cache(maxsize=256)
 def linear_in_advantage(cfg: AlgorithmConfig) -> bool:
     """Whether the first step of ``cfg``'s update is linear in the advantages: odd and 2-homogeneous (``g(-A) = -g(A)``,
     ``g(2A) = 2 g(A)``) on a probe batch (a stop-or-continue problem, a non-uniform policy, advantages of both signs
     on both turns). A clipped surrogate at ratio 1 is; a loss that keeps only negative advantages is not. Only then
-    does the expected advantage of each path (a group estimator's closed form) give the expected first step."""
+    does the expected advantage of each path (a group estimator's closed form) give the expected first step.
+    Measured once per configuration and registered functions (a loss registered again under its name is probed
+    again)."""
+    return _linear_in_advantage(cfg, *(registry.get(getattr(cfg, registry.field)).fn
+                                       for registry in (POLICY_LOSSES, AGGREGATIONS, M_FACTORS)))
+
+
+@functools.lru_cache(maxsize=256)
+def _linear_in_advantage(cfg: AlgorithmConfig, *_functions: object) -> bool:
     from seeupo.tabular.problems import stop_or_continue
     from seeupo.tabular.rollout import exact_batch
 

@@ -391,16 +391,18 @@ def test_an_unfinished_plan_is_inconclusive_and_a_decrease_found_still_decides()
     cells = [_moved_cell(), _moved_cell()]
     report = {"cells": cells, "counterexamples": []}
     done = [_searched("a", 10), _searched("b", 10)]
-    assert unfinished_parts(_plan(), {"skipped": "no exact mode"}, report, done, None) == []
+    assert unfinished_parts(_plan(), 0, {"skipped": "no exact mode"}, report, done, None) == []
+    # stopped before the gradient part: none of its planned sets, whatever the rest did
+    assert unfinished_parts(_plan(), 8, {"skipped": "not reached"}, report, done, "SIGINT") == ["0 of 8 gradient problem sets"]
     assert monotonicity(report, done, []).measured == "monotone"
     cut = [_searched("a", 10), _searched("b", 3, "budget")]
-    parts = unfinished_parts(_plan(), {}, report, cut, "budget")
+    parts = unfinished_parts(_plan(), 0, {}, report, cut, "budget")
     assert parts == ["13 of 20 search cases"]
     verdict = monotonicity(report, cut, parts)
     assert verdict.measured == INCONCLUSIVE and verdict.evidence[0].startswith("13 of 20 search cases measured")
     # a search not reached, a verify part stopped after one of two cells
     short = {"cells": cells[:1], "counterexamples": [], "partial": True}
-    assert unfinished_parts(_plan(), {}, short, done[:1], "SIGINT") == ["1 of 2 verify cells", "10 of 20 search cases"]
+    assert unfinished_parts(_plan(), 0, {}, short, done[:1], "SIGINT") == ["1 of 2 verify cells", "10 of 20 search cases"]
     # a counterexample found before the stop is still one
     assert monotonicity(report, [*cut, _found("c", "std scaling")], parts).measured == "J decreased"
 
@@ -444,6 +446,10 @@ def test_the_budget_is_an_alarm_that_stops_the_run_as_a_signal_does():
     assert watch.received == [BUDGET] and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     with SignalWatch(time.monotonic() + 60) as watch:
         watch.arm()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with SignalWatch(time.monotonic() + 1e300) as watch:  # a budget longer than the timer can hold never rings
+        watch.arm()
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 1e7
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # an alarm not rung is cancelled on the way out
 
 

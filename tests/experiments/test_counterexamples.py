@@ -367,27 +367,27 @@ def test_agentic_searches_record_their_family_and_verify_reads_it(tmp_path):
     assert case_setting(dataclasses.replace(again, search={})) == "MT"
 
 
-def test_a_time_out_wrapped_by_hypothesis_still_stops_the_search_with_its_case(monkeypatch):
-    """Hypothesis replays the case it found once more at the end; a deadline that passes then raises inside that
-    replay, and hypothesis reports it as a FlakyFailure (an exception group). Seen in a --quick check of a plugin:
-    a traceback, exit 1. The search must treat it as its budget running out and keep the case."""
+def test_a_stop_wrapped_by_hypothesis_still_stops_the_search_with_its_case(monkeypatch):
+    """Hypothesis replays the case it found once more at the end; a stop of ours raised inside that replay (shrinking's
+    evaluations spent) comes back as a FlakyFailure (an exception group). Seen in a --quick check of a plugin: a
+    traceback, exit 1. The search must unwrap it and keep the case, as not minimal."""
     import hypothesis
     from hypothesis.errors import FlakyFailure
 
-    from seeupo.experiments.counterexamples import _OutOfTime, _stop_inside, search
+    from seeupo.experiments.counterexamples import _ShrinkDone, _stop_inside, search
     from seeupo.experiments.searches import algorithm_searches
 
     spec = algorithm_searches("grpo")[0]
 
-    def find(cases, test, **_):  # one failing case drawn, then the deadline passes during the final replay
+    def find(cases, test, **_):  # one failing case drawn, then shrinking's count runs out during the final replay
         test(Case(sequential_bandit(torch.ones(1, dtype=DTYPE), (2,), torch.tensor([[0.0, 1.0]], dtype=DTYPE)), None,
                   preset("grpo"), RunConfig(), 1))
-        raise FlakyFailure("Inconsistent results from replaying a test case!", [_OutOfTime(), AssertionError()])
+        raise FlakyFailure("Inconsistent results from replaying a test case!", [_ShrinkDone(), AssertionError()])
 
     monkeypatch.setattr(hypothesis, "find", find)
     result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=5,
                     condition=lambda case: True)
-    assert result.stopped == "budget" and result.found is not None
+    assert result.stopped == "" and result.found is not None
     assert "not minimal" in result.found.search["stopped"]
     assert isinstance(_stop_inside(BaseExceptionGroup("g", [ValueError(), BaseExceptionGroup("h", [KeyboardInterrupt()])])),
                       KeyboardInterrupt)

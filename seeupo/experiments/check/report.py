@@ -63,6 +63,11 @@ class Explanation:
         return cls(**d)
 
 
+def _on_flat_surrogate(explanation: Explanation | None) -> bool:
+    """Whether an explained decrease is on a flat surrogate (its cause): the optimizer chose it, not the algorithm."""
+    return explanation is not None and explanation.cause == "flat surrogate"
+
+
 #: A fall of ``J`` larger than this in a field replay is a decrease (the searches' own tolerance).
 FIELD_TOL = 1e-7
 
@@ -92,11 +97,15 @@ class FieldReplay:
     explanation: Explanation | None = None
 
     @property
+    def on_flat_surrogate(self) -> bool:
+        """As :attr:`SearchEntry.on_flat_surrogate`: a decrease the optimizer chose."""
+        return _on_flat_surrogate(self.explanation)
+
+    @property
     def counts(self) -> bool:
         """Whether this replay is evidence that the algorithm lowers ``J``: a decrease that replays and is not on a
-        flat surrogate (:attr:`seeupo.experiments.check.report.SearchEntry.on_flat_surrogate`)."""
-        flat = self.explanation is not None and self.explanation.cause == "flat surrogate"
-        return self.decreased and self.reproduces is not False and not flat
+        flat surrogate."""
+        return self.decreased and self.reproduces is not False and not self.on_flat_surrogate
 
     def to_dict(self) -> dict[str, Any]:
         d = {"file": self.file, "setting": self.setting, "parameterization": self.parameterization,
@@ -152,7 +161,7 @@ class SearchEntry:
     def on_flat_surrogate(self) -> bool:
         """Whether the case lowered ``J`` on a flat surrogate (its explanation's cause): a decrease the optimizer
         chose, reported apart from the algorithm's own (:data:`seeupo.experiments.explain.FLAT_SIGNAL`)."""
-        return self.explanation is not None and self.explanation.cause == "flat surrogate"
+        return _on_flat_surrogate(self.explanation)
 
     @property
     def counts(self) -> bool:

@@ -68,8 +68,9 @@ class SignalWatch:
     def arm(self) -> None:
         """Start the budget's alarm (nothing without a deadline)."""
         if self._active and self._deadline is not None:
-            # at least a microsecond: an interval of 0 would cancel the alarm instead of ringing it now
-            signal.setitimer(signal.ITIMER_REAL, max(1e-6, self._deadline - time.monotonic()))
+            # at least a microsecond (an interval of 0 would cancel the alarm instead of ringing it now) and at most
+            # about three years (the timer's own limit is the platform's time_t: --budget 1e300 overflowed it)
+            signal.setitimer(signal.ITIMER_REAL, min(1e8, max(1e-6, self._deadline - time.monotonic())))
 
     def __exit__(self, *exc: object) -> None:
         # left ignored (by hold), SIGTERM and SIGINT would stay ignored in this process and in every process it
@@ -234,7 +235,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
         _apply_searches(verify_report, searches, field, name)
         # exact verify cells ran where only the larger problems were refused (too_large): they measure monotonicity
         exact_cells = any(c.get("mode") == "exact" and not c.get("refused") for c in verify_report["cells"])
-        unfinished = unfinished_parts(estimate, gradient, verify_report, searches, partial) if estimate else []
+        gradient_sets = len(budget.gradient.families) * len(budget.gradient.turns) if exact else 0
+        unfinished = unfinished_parts(estimate, gradient_sets, gradient, verify_report, searches, partial) if estimate else []
         mono = monotonicity(verify_report, searches, unfinished, field) if exact or exact_cells else MonotonicityVerdict(None, [
             refused_label(refusal) if refusal else "no exact mode: the estimator is registered with exact=False"])
         if not exact and exact_cells:

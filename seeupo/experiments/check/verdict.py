@@ -7,6 +7,7 @@ is monotone: a search that finds nothing bounds nothing beyond its cases. On the
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from seeupo.experiments.check.planning import Plan
@@ -64,24 +65,18 @@ def committed_counterexamples(name: str) -> tuple[tuple[str, ...], str]:
                      f"recorded with {name} replayed with its recorded settings)")
 
 
-def _shown(path: str) -> str:
-    """A committed file's path from ``paper_repro`` on (the same words wherever the check runs), else as given."""
-    return path[path.rindex("paper_repro"):] if "paper_repro" in path else path
-
-
-def unfinished_parts(estimate: Plan, gradient: dict[str, Any], verify_report: dict[str, Any],
+def unfinished_parts(estimate: Plan, gradient_sets: int, gradient: dict[str, Any], verify_report: dict[str, Any],
                      searches: list[SearchEntry], partial: str | None) -> list[str]:
     """What of ``estimate``'s plan did not finish, one phrase per part (``[]``: the whole plan ran).
+
+    ``gradient_sets``: the gradient part's planned problem sets (families x numbers of turns; 0 without it).
 
     A search finished when it ran its planned cases, found a case, or exhausted hypothesis's
     distinct cases (``stopped == ""``); its cases count in full then, else those it evaluated.
     """
     parts = []
-    if estimate.gradient_calls:
-        planned = len(gradient.get("config", {}).get("families", ())) * len(gradient.get("config", {}).get("turns", ()))
-        if "skipped" in gradient or not gradient.get("complete", False):
-            done = len(gradient.get("families", []))
-            parts.append(f"{done} of {planned or 'its'} gradient problem sets")
+    if gradient_sets and ("skipped" in gradient or not gradient.get("complete", False)):
+        parts.append(f"{len(gradient.get('families', []))} of {gradient_sets} gradient problem sets")
     cells = [c for c in verify_report.get("cells", []) if not c.get("refused")]
     refused = len(verify_report.get("cells", [])) - len(cells)
     if verify_report.get("partial") or len(cells) + refused < estimate.cells:
@@ -118,9 +113,13 @@ def monotonicity(verify_report: dict[str, Any], searches: list[SearchEntry],
              if flat else [])
     field = field or []
     lowered = [f for f in field if f.counts]
-    flat_field = [f for f in field if f.decreased and not f.counts and f.reproduces is not False]
+    flat_field = [f for f in field if f.decreased and f.on_flat_surrogate]
     if flat_field:
         apart.append(f"not counted: J fell on a flat surrogate in the field's {', '.join(f.file for f in flat_field)}")
+    unfinite = [f for f in field if not all(math.isfinite(j) for j in f.J)]
+    if unfinite:  # no decrease to count, but no clean verdict either
+        apart.append(f"J stopped being finite with this algorithm's own update on the field's "
+                     f"{', '.join(f.file for f in unfinite)}")
     own = {s.file for s in searches} | {f.case for f in field}  # the searches' and the field's cases are listed once
     committed = [e for e in verify_report.get("counterexamples", [])
                  if e.get("decreases") and e.get("mode", "exact") == "exact" and e["file"] not in own]
@@ -132,7 +131,7 @@ def monotonicity(verify_report: dict[str, Any], searches: list[SearchEntry],
         evidence += [f"random instances, {c['setting']} {c['parameterization']}: {c['violations']} decreases, "
                      f"largest {c['max_violation']:.2e}" for c in decreased_cells]
         evidence += [f"{e['search']} ({e['setting']}, {e['parameterization']} parameters): J {e['J'][0]:.6f} -> {e['J'][-1]:.6f} "
-                     f"(`{_shown(e['file'])}`, a saved counterexample that replays)" for e in committed]
+                     f"(`{e['file']}`, a saved counterexample that replays)" for e in committed]
         return MonotonicityVerdict(DECREASED, evidence + apart)
     searched = [s for s in searches if s.examples]
     if not exact and not searched:
