@@ -41,9 +41,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -51,130 +51,21 @@ from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
 from seeupo.experiments.scorecard import rules
-from seeupo.experiments.scorecard.rules import Score
+from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported: what a capability is built from)
+    QUICK,
+    Capability,
+    Context,
+    Measured,
+    Sizes,
+    _constant_bandit,
+    _generator,
+    _needle_bandit,
+    _shifted,
+    constant_J,
+)
 from seeupo.tabular.families import AGENTIC_FAMILIES
-from seeupo.tabular.problems import DTYPE, TreeMDP, random_family, random_token_bandit, random_tree_mdp, sequential_bandit
+from seeupo.tabular.problems import TreeMDP, random_family, random_token_bandit, random_tree_mdp
 
-
-@dataclass(frozen=True)
-class Sizes:
-    """How many problems each capability measures (the same sets for every algorithm).
-
-    instances: random problems per part of an experiment (each capability has several parts).
-    iterations: exact updates per monotonicity run.
-    exact_epochs: optimizer steps per update of a surrogate in exact mode (``seeupo verify``'s).
-    group_size: ``G`` of a group estimator, where a part does not set its own.
-    starts: random start policies beside the uniform one (credit, invariance).
-    ascent_steps, ascent_lr: plain exact ascent (convergence).
-    bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
-    seed: seeds every problem and start policy.
-    """
-
-    instances: int = 6
-    iterations: int = 8
-    exact_epochs: int = 40
-    group_size: int = 4
-    starts: int = 2
-    ascent_steps: int = 300
-    ascent_lr: float = 10.0
-    bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    bridge_steps: int = 5
-    seed: int = 0
-
-
-QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, ascent_steps=150, bridge_seeds=(0, 1, 2), bridge_steps=3)
-
-
-@dataclass
-class Measured:
-    """One capability's result for one algorithm.
-
-    score: the rule's :class:`~seeupo.experiments.scorecard.rules.Score`; covered: the problems in
-    words; worst: the worst case in words (``None`` where every case passed); evidence: files
-    (relative to the card's folder) that show it; seconds.
-    """
-
-    score: Score
-    covered: str
-    worst: str | None = None
-    evidence: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"score": self.score.to_dict(), "covered": self.covered, "worst": self.worst,
-                "evidence": self.evidence, "seconds": self.seconds}
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a capability is measured with: the algorithm (its row of ``seeupo verify``: the
-    configuration and the exact mode's optimizer and step), the sizes, where evidence goes, and the
-    plugins that registered it (recorded in evidence files)."""
-
-    name: str
-    config: AlgorithmConfig
-    optimizer: str
-    lr: float
-    iterations_factor: int
-    sizes: Sizes
-    out: Path | None
-    plugins: tuple[str, ...] = ()
-    say: Callable[[str], None] = lambda message: None
-
-
-@dataclass(frozen=True)
-class Capability:
-    """A capability experiment: its name, title (and ``short``, a table's column), tags, the question in words,
-    the rule, whether it is exact, and the measurement."""
-
-    name: str
-    title: str
-    short: str
-    tags: tuple[str, ...]
-    question: str
-    rule: str
-    exact: bool
-    measure: Callable[[Context], Measured]
-
-
-# ------------------------------------------------------------------------------------------ problems
-
-
-def _generator(sizes: Sizes, capability: str, part: int) -> torch.Generator:
-    return torch.Generator().manual_seed(sizes.seed * 100_003 + NAMES.index(capability) * 1009 + part)
-
-
-def _constant_bandit(num_instances: int, turns: int, value: float) -> TreeMDP:
-    """Token bandits (2 tokens of 2) whose every answer earns ``value``: every group has zero variance."""
-    rewards = torch.full((num_instances, 1, *(4,) * turns), value, dtype=DTYPE)
-    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards, tokens=((2, 2),) * turns)
-
-
-def _needle_bandit(num_instances: int, turns: int, generator: torch.Generator) -> TreeMDP:
-    """Token bandits where one answer sequence (drawn) earns 1 and every other 0: at the uniform policy
-    a group of 4 has zero variance with probability ``(1 - 4**-turns)**4`` (0.32 for one turn, 0.77 for two)."""
-    rewards = torch.zeros(num_instances, 4 ** turns, dtype=DTYPE)
-    rewards[torch.arange(num_instances), torch.randint(4 ** turns, (num_instances,), generator=generator)] = 1.0
-    shape = (num_instances, 1, *(4,) * turns)
-    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards.reshape(shape),
-                             tokens=((2, 2),) * turns)
-
-
-def _shifted(problem: TreeMDP, scale: float, shift: float) -> TreeMDP:
-    """``problem`` with every return ``scale * R + shift`` (a sequential bandit: one reward, at the end)."""
-    rewards = [r.clone() for r in problem.rewards]
-    rewards[-1] = scale * rewards[-1] + shift
-    return dataclasses.replace(problem, rewards=rewards)
-
-
-def constant_J(problem: TreeMDP) -> torch.Tensor:
-    """``[I]`` bool: the instances whose ``J`` is the same under every policy (``J*`` equals the least ``J``).
-    No update can raise or lower their ``J``, so they are no evidence of either and the capabilities
-    leave them out (a random problem with rewards on 2 levels is such with probability 1/8)."""
-    from seeupo.tabular.exact import optimal
-
-    lowest = -optimal(dataclasses.replace(problem, rewards=[-r for r in problem.rewards])).J
-    return (optimal(problem).J - lowest).abs() <= 1e-12
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -539,119 +430,6 @@ def lm_bridge(ctx: Context) -> Measured:
     score = rules.mean_gain_fraction([r["J_initial"] for r in runs], [r["J_final"] for r in runs],
                                      [r["J_star"] for r in runs])
     return Measured(score, covered, result.summary, evidence=["bridge"], seconds=time.perf_counter() - start)
-
-
-# ------------------------------------------------------------------------------------------ timing
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A small piece of a capability that :func:`estimate_seconds` times: running ``run`` once stands for ``times``
-    of it in the capability (one update of a part's runs, some steps of an ascent, one expected direction)."""
-
-    run: Callable[[], object]
-    times: float
-
-
-#: Steps of plain ascent a convergence unit takes (its time per step is the unit's over these, so the ascent's
-#: fixed costs, J* and the first call, are counted once per this many steps: an overestimate of a few per cent).
-ASCENT_UNIT_STEPS = 8
-
-
-def _monotone_units(ctx: Context, capability: str) -> list[Unit]:
-    """One update of each distinct problem of the capability (a uniform and a random start share one), standing for
-    every update of its runs; its ``J*`` and ``constant_J`` counted with each update (a small overestimate)."""
-    from seeupo.tabular.train import AlgorithmStep, track
-
-    groups: dict[tuple[int, str, int | None], tuple[Part, int]] = {}
-    for part in monotone_parts(ctx.sizes, capability):
-        key = (id(part.problem), part.parameterization, part.group_size)
-        iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
-        first, total = groups.get(key, (part, 0))
-        groups[key] = (first, total + iterations)
-
-    def one_update(part: Part) -> Callable[[], object]:
-        def run() -> object:
-            algorithm, run_cfg, _, policy = _part_run(ctx, part)
-            constant_J(part.problem)
-            return track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, 1)
-        return run
-
-    return [Unit(one_update(part), total) for part, total in groups.values()]
-
-
-def _convergence_units(ctx: Context) -> list[Unit]:
-    from seeupo.tabular.gradient import plain_ascent
-
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    steps = min(ASCENT_UNIT_STEPS, s.ascent_steps)
-    return [Unit(lambda problem=problem: plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=steps),
-                 s.ascent_steps / max(steps, 1)) for _, problem in _convergence_parts(s)]
-
-
-def _credit_units(ctx: Context) -> list[Unit]:
-    """One expected direction (one instance, uniform start) per family and number of turns, standing for every
-    instance and start of it."""
-    from seeupo.tabular.gradient import gradient_directions
-
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for k, (family, turns) in enumerate([(f, t) for f in ("stop", "intermediate", "tool") for t in (2, 3)]):
-        one = random_family(family, s.instances, turns, reward_levels=3,
-                            generator=_generator(s, "agentic_credit", k)).instance(0)
-        uniform = random_starts(one, 0, torch.Generator())[0]
-        units.append(Unit(lambda one=one, uniform=uniform: gradient_directions(one, policy_at(one, uniform), algorithm),
-                          s.instances * (1 + s.starts)))
-    return units
-
-
-def _invariance_units(ctx: Context) -> list[Unit]:
-    """One expected direction of each problem, standing for its starts and transforms (zero-variance groups: for its
-    constant and needle problems)."""
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for turns in (1, 2):
-        problem = random_token_bandit(s.instances, turns, 2, 2, reward_levels=3,
-                                      generator=_generator(s, "reward_invariance", turns - 1))
-        uniform = random_starts(problem, 0, torch.Generator())[0]
-        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
-                          (1 + s.starts) * (1 + len(TRANSFORMS))))
-    return units
-
-
-def _zero_variance_units(ctx: Context) -> list[Unit]:
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for turns in (1, 2):
-        problem = _needle_bandit(s.instances, turns, _generator(s, "zero_variance_groups", turns))
-        uniform = random_starts(problem, 0, torch.Generator())[0]
-        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
-                          3 * (1 + s.starts)))
-    return units
-
-
-def units(ctx: Context, capability: str) -> list[Unit]:
-    """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
-    if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
-        return _monotone_units(ctx, capability)
-    return {"multi_turn_convergence": _convergence_units, "agentic_credit": _credit_units,
-            "reward_invariance": _invariance_units, "zero_variance_groups": _zero_variance_units,
-            "lm_bridge": lambda ctx: []}[capability](ctx)
-
-
-def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:
-    """``capability``'s seconds on this machine: each of its :func:`units` timed once and counted as often as the
-    capability runs it. What the units take is part of the wall time a plan states (they are not reused)."""
-    total = 0.0
-    for unit in units(ctx, capability):
-        t = clock()
-        unit.run()
-        total += (clock() - t) * unit.times
-    return total
 
 
 MONOTONE_RULE = "share of runs whose exact J never fell by more than 1e-7 in one update"

@@ -165,7 +165,7 @@ class Calibration:
     """This machine's speed on one algorithm's card (:func:`calibrate`).
 
     capabilities: each exact capability's estimated seconds (its units timed, :func:`~seeupo.experiments.scorecard.
-    capabilities.estimate_seconds`); seconds: what the timing itself took (part of the wall time).
+    timing.estimate_seconds`); seconds: what the timing itself took (part of the wall time).
     """
 
     capabilities: dict[str, float]
@@ -177,7 +177,7 @@ def calibrate(name: str, sizes: Sizes, *, plugins: tuple[str, ...] = (), only: S
     """Time a unit of each exact capability of ``name``'s card on this machine (one update of each problem, a few
     ascent steps, one direction of each problem) after one untimed unit (first calls: imports, caches), on one
     thread as the card runs (:func:`one_thread`)."""
-    from seeupo.experiments.scorecard.capabilities import estimate_seconds, units
+    from seeupo.experiments.scorecard.timing import estimate_seconds, units
 
     start = clock()
     ctx = context(name, sizes, None, plugins)

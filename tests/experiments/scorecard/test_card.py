@@ -204,19 +204,20 @@ def test_each_unit_counts_as_often_as_its_capability_runs_it(monkeypatch):
     units' counts; a monotonicity capability's counts are every update of its runs (a problem timed once for both
     starts)."""
     from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard import timing
     from seeupo.experiments.scorecard.card import context
 
     ctx = context("grpo", caps.QUICK, None)
     ticks = iter(range(10_000))
-    monkeypatch.setattr(caps, "units", lambda ctx, c: [caps.Unit(lambda: None, 3.0), caps.Unit(lambda: None, 0.5)])
-    assert caps.estimate_seconds(ctx, "agentic_credit", clock=lambda: float(next(ticks))) == 3.5
+    monkeypatch.setattr(timing, "units", lambda ctx, c: [timing.Unit(lambda: None, 3.0), timing.Unit(lambda: None, 0.5)])
+    assert timing.estimate_seconds(ctx, "agentic_credit", clock=lambda: float(next(ticks))) == 3.5
     monkeypatch.undo()
     parts = caps.monotone_parts(ctx.sizes, "multi_turn_monotone")
-    counted = caps.units(ctx, "multi_turn_monotone")
+    counted = timing.units(ctx, "multi_turn_monotone")
     assert sum(u.times for u in counted) == sum((p.iterations or ctx.sizes.iterations) * ctx.iterations_factor for p in parts)
     assert len(counted) == len({id(p.problem) for p in parts})
     for name in NAMES:
-        assert isinstance(caps.units(ctx, name), list)
+        assert isinstance(timing.units(ctx, name), list)
 
 
 def test_a_card_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
