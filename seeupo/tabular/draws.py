@@ -141,8 +141,9 @@ class SampledUpdate:
     first_step: Tensor
 
     def p_lower(self, tol: float) -> float:
-        """The probability that one sampled update lowers ``J`` by more than ``tol``."""
-        return float(self.prob[self.J_after < self.J_before - tol].sum())
+        """The probability that one sampled update lowers ``J`` by more than ``tol`` (at most 1: the draws'
+        probabilities sum to 1 up to rounding)."""
+        return min(1.0, float(self.prob[self.J_after < self.J_before - tol].sum()))
 
     @property
     def expected_J(self) -> float:

@@ -31,7 +31,7 @@ class Sizes:
     exact_epochs: optimizer steps per update of a surrogate in exact mode (``seeupo verify``'s).
     group_size: ``G`` of a group estimator, where a part does not set its own.
     starts: random start policies beside the uniform one (credit, invariance).
-    ascent_steps, ascent_lr: plain exact ascent (convergence).
+    convergence_updates: the algorithm's own exact updates per convergence run (times its iterations per update).
     bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
     seed: seeds every problem and start policy.
     """
@@ -41,14 +41,13 @@ class Sizes:
     exact_epochs: int = 40
     group_size: int = 4
     starts: int = 2
-    ascent_steps: int = 300
-    ascent_lr: float = 10.0
+    convergence_updates: int = 30
     bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     bridge_steps: int = 5
     seed: int = 0
 
 
-QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, ascent_steps=150, bridge_seeds=(0, 1, 2), bridge_steps=3)
+QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, convergence_updates=15, bridge_seeds=(0, 1, 2), bridge_steps=3)
 
 
 @dataclass

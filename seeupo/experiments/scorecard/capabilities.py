@@ -50,7 +50,7 @@ import torch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
-from seeupo.experiments.scorecard import rules
+from seeupo.experiments.scorecard import rules, sampled
 from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported: what a capability is built from)
     QUICK,
     Capability,
@@ -63,7 +63,6 @@ from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported
     _shifted,
     constant_J,
 )
-from seeupo.tabular.families import AGENTIC_FAMILIES
 from seeupo.tabular.problems import TreeMDP, random_family, random_token_bandit, random_tree_mdp
 
 
@@ -137,6 +136,8 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
 
     start = time.perf_counter()
     decreases: list[float] = []
+    moved: list[bool] = []
+    still: list[str] = []
     worst: tuple[float, Counterexample] | None = None
     left_out = 0
     for part in parts:
@@ -154,6 +155,10 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
                 continue
             d = float(drops[i]) if bool(finite[i]) else math.nan
             decreases.append(d)
+            at_optimum = float(history.J_star[i] - history.J[0, i]) <= rules.DECREASE_TOL
+            moved.append(at_optimum or float(history.J[-1, i] - history.J[0, i]) > rules.DECREASE_TOL)
+            if not moved[-1] and d <= rules.DECREASE_TOL:
+                still.append(f"{where}, instance {i}: J did not move in {iterations} updates")
             lowered += not d <= rules.DECREASE_TOL
             bad = math.inf if math.isnan(d) else d
             if bad > rules.DECREASE_TOL and (worst is None or bad > worst[0]):
@@ -169,7 +174,10 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
     field_runs = sum(1 for p in parts if p.state is not None)
     covered += f"; the field's {field_runs} committed counterexamples of this setting" if field_runs else ""
     covered += f"; {left_out} instances whose J no policy changes left out" if left_out else ""
-    measured = Measured(rules.share_without_decrease(decreases), covered)
+    measured = Measured(rules.share_improving(decreases, moved), covered)
+    if worst is None and still:
+        measured.worst = still[0] + (
+            f" (and {len(still) - 1} more runs)" if len(still) > 1 else "")
     if worst is not None:
         bad, example = worst
         measured.worst = (f"{example.description.split(': ', 1)[1]}: " + (
@@ -240,44 +248,6 @@ def shared_parameters(ctx: Context) -> Measured:
     return _monotone_runs(ctx, monotone_parts(ctx.sizes, "shared_parameters"), "shared_parameters")
 
 
-def _convergence_parts(s: Sizes) -> list[tuple[str, TreeMDP]]:
-    parts = [("2-turn token bandits", random_token_bandit(s.instances, 2, 2, 2, reward_levels=3,
-                                                           generator=_generator(s, "multi_turn_convergence", 0)))]
-    for k, family in enumerate(AGENTIC_FAMILIES, start=1):
-        parts.append((f"{family} family, 2 turns", random_family(family, s.instances, 2, reward_levels=3,
-                                                                  generator=_generator(s, "multi_turn_convergence", k))))
-    return parts
-
-
-def multi_turn_convergence(ctx: Context) -> Measured:
-    from seeupo.tabular.gradient import plain_ascent
-
-    s, start = ctx.sizes, time.perf_counter()
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    parts = _convergence_parts(s)
-    fixed_points: list[str] = []
-    worst: tuple[float, str] | None = None
-    left_out = 0
-    for words, problem in parts:
-        ascent = plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=s.ascent_steps)
-        flat = constant_J(problem)
-        left_out += int(flat.sum())
-        fixed_points += [v for v, f in zip(ascent.verdict, flat) if not f]
-        for i, verdict in enumerate(ascent.verdict):
-            if bool(flat[i]):
-                continue
-            gap = float(ascent.J_star[i] - ascent.J[-1, i])
-            if verdict != "reaches J*" and (worst is None or gap > worst[0]):
-                worst = (gap, f"{words}, instance {i}: {verdict} (J {float(ascent.J[0, i]):.4f} -> "
-                              f"{float(ascent.J[-1, i]):.4f}, J* {float(ascent.J_star[i]):.4f})")
-        ctx.say(f"  multi_turn_convergence: {words}: {ascent.verdict.count('reaches J*')} of {problem.num_instances} reach J*")
-    covered = ("; ".join(f"{w} ({p.num_instances})" for w, p in parts)
-               + f"; plain exact ascent from uniform, {s.ascent_steps} steps of {s.ascent_lr:g}, G = {s.group_size}"
-               + (f"; {left_out} problems whose J no policy changes left out" if left_out else ""))
-    return Measured(rules.share_reaching(fixed_points), covered, worst[1] if worst else None,
-                    seconds=time.perf_counter() - start)
-
-
 def agentic_credit(ctx: Context) -> Measured:
     from seeupo.tabular.gradient import gradient_directions
 
@@ -292,7 +262,7 @@ def agentic_credit(ctx: Context) -> Measured:
         for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "agentic_credit", 50 + k))):
             for i in range(problem.num_instances):  # one at a time: a history reader's exact batch grows with them
                 one, start_i = problem.instance(i), [p[i: i + 1] for p in probs]
-                (d,) = gradient_directions(one, policy_at(one, start_i), algorithm)
+                (d,) = gradient_directions(one, policy_at(one, start_i), algorithm, level="update")
                 cases.append((d.turn_cosines, d.turn_scales))
                 credit = rules.worst_turn_cosine(d.turn_cosines, d.turn_scales)
                 if credit is not None and (worst is None or credit < worst[0]):
@@ -320,9 +290,11 @@ def agentic_credit(ctx: Context) -> Measured:
 
 
 def _flat_direction(problem: TreeMDP, probs: list[torch.Tensor], algorithm: AlgorithmConfig) -> torch.Tensor:
-    from seeupo.tabular.gradient import expected_direction
+    """The expected first step of the algorithm's whole update (its loss, aggregation, ``M`` factor and schedule on
+    the exact batch, :func:`seeupo.tabular.gradient.update_direction`), every turn's parameters in one row per instance."""
+    from seeupo.tabular.gradient import update_direction
 
-    expected, _ = expected_direction(problem, policy_at(problem, probs), algorithm)
+    expected, _ = update_direction(problem, policy_at(problem, probs), algorithm)
     return torch.cat(expected, dim=1)
 
 
@@ -432,7 +404,8 @@ def lm_bridge(ctx: Context) -> Measured:
     return Measured(score, covered, result.summary, evidence=["bridge"], seconds=time.perf_counter() - start)
 
 
-MONOTONE_RULE = "share of runs whose exact J never fell by more than 1e-7 in one update"
+MONOTONE_RULE = ("share of runs whose exact J never fell by more than 1e-7 in one update and rose where it could "
+                 "(an update that never moves J fails)")
 
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
@@ -450,24 +423,40 @@ CAPABILITIES: tuple[Capability, ...] = (
                "Does an exact update lower J when every turn reads one parameter table (as a language model's)?",
                MONOTONE_RULE, True, shared_parameters),
     Capability("multi_turn_convergence", "Multi-turn convergence to J*", "reaches J*",
-               ("convergence", "multi-turn", "agentic"), "Where does the expected update lead: to J*, or short of it?",
-               "share of problems where plain exact ascent with the expected update ends within 1% of J*", True,
-               multi_turn_convergence),
+               ("convergence", "multi-turn", "agentic"),
+               "Where do the algorithm's own exact updates (its schedule, optimizer and epochs) lead: to J*, or short?",
+               "mean over problems of the share of the gap to J* closed after its updates (1 when within 1% of J*)",
+               True, sampled.multi_turn_convergence),
+    Capability("convergence_speed", "Updates to J*", "speed to J*", ("convergence", "multi-turn", "graded"),
+               "How many of its own exact updates does the algorithm take to come within 1% of J*?",
+               "mean over problems of 1 - k / K, k the first update within 1% of J* (0 when it never is), K the updates",
+               True, sampled.convergence_speed),
     Capability("agentic_credit", "Per-turn credit on agentic problems", "per-turn credit",
                ("gradient", "agentic", "credit"),
-               "Does every turn's expected update point up the policy gradient of that turn (stopping, intermediate "
-               "rewards, tool results)?",
-               "mean over cases of the smallest per-turn cosine between the expected update and grad J, floored at 0",
-               True, agentic_credit),
+               "Does every turn's expected first step (the whole update: loss, aggregation, M factor, schedule) point "
+               "up the policy gradient of that turn (stopping, intermediate rewards, tool results)?",
+               "mean over cases of the smallest per-turn cosine between the update's expected first step and grad J, "
+               "floored at 0", True, agentic_credit),
     Capability("reward_invariance", "Invariance to reward shift and scale", "reward shift/scale",
-               ("robustness", "rewards"), "Does the update's direction stay put when every return becomes a R + b (a > 0)?",
-               "share of (problem, start, transform) whose expected update keeps its direction (cosine >= 1 - 1e-6)",
+               ("robustness", "rewards"),
+               "Does the whole update's expected first step keep its direction when every return becomes a R + b (a > 0)?",
+               "share of (problem, start, transform) whose expected first step keeps its direction (cosine >= 1 - 1e-6)",
                True, reward_invariance),
     Capability("zero_variance_groups", "Groups with zero variance", "zero-variance groups",
                ("robustness", "groups", "sparse reward"),
                "Is the update finite and zero when no group has signal, and uphill when most groups have none?",
-               "share of cases: constant rewards give a finite zero update; one rewarded answer gives a finite uphill one",
+               "share of cases: constant rewards give a finite zero first step; one rewarded answer a finite uphill one",
                True, zero_variance_groups),
+    Capability("sampled_update_safety", "One sampled update keeps J", "sampled-update safety",
+               ("finite sample", "monotonicity", "graded"),
+               "A run updates on one drawn group, not on the expectation: how likely is one sampled update to lower J?",
+               "mean over cases of 1 - P(one sampled update lowers J by more than 1e-7), every group draw enumerated",
+               True, sampled.sampled_update_safety),
+    Capability("sampled_update_signal", "Signal in a sampled update", "sampled-update signal",
+               ("finite sample", "variance", "graded"),
+               "How much of one sampled update's first step is its expectation, and how much noise?",
+               "mean over cases of |E g|^2 / E|g|^2 of the first step g over every group draw (1: no noise)",
+               True, sampled.sampled_update_signal),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",

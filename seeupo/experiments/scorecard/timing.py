@@ -10,11 +10,11 @@ from typing import Callable
 import torch
 
 from seeupo.experiments.gradient_check import policy_at, random_starts
+from seeupo.experiments.scorecard import sampled
 from seeupo.experiments.scorecard.base import Context, _generator, constant_J
 from seeupo.experiments.scorecard.capabilities import (
     TRANSFORMS,
     Part,
-    _convergence_parts,
     _flat_direction,
     _needle_bandit,
     _part_run,
@@ -30,11 +30,6 @@ class Unit:
 
     run: Callable[[], object]
     times: float
-
-
-#: Steps of plain ascent a convergence unit takes (its time per step is the unit's over these, so the ascent's
-#: fixed costs, J* and the first call, are counted once per this many steps: an overestimate of a few per cent).
-ASCENT_UNIT_STEPS = 8
 
 
 def _monotone_units(ctx: Context, capability: str) -> list[Unit]:
@@ -60,13 +55,31 @@ def _monotone_units(ctx: Context, capability: str) -> list[Unit]:
 
 
 def _convergence_units(ctx: Context) -> list[Unit]:
-    from seeupo.tabular.gradient import plain_ascent
+    """One own exact update of each convergence problem (all its instances at once), standing for every update of its
+    run (``convergence_speed`` reads the same runs: no units of its own)."""
+    from seeupo.tabular.train import AlgorithmStep, RunConfig, TabularPolicy, track
 
     s = ctx.sizes
     algorithm = ctx.config.replace(group_size=s.group_size)
-    steps = min(ASCENT_UNIT_STEPS, s.ascent_steps)
-    return [Unit(lambda problem=problem: plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=steps),
-                 s.ascent_steps / max(steps, 1)) for _, problem in _convergence_parts(s)]
+    run_cfg = RunConfig(mode="exact", iterations=1, optimizer=ctx.optimizer, lr=ctx.lr, seed=s.seed)  # type: ignore[arg-type]
+    return [Unit(lambda problem=problem: track(problem, AlgorithmStep(algorithm, run_cfg), TabularPolicy(problem), 1),
+                 s.convergence_updates * ctx.iterations_factor) for _, problem in sampled.convergence_parts(s)]
+
+
+def _draw_units(ctx: Context) -> list[Unit]:
+    """One law of a sampled update (instance 0, uniform start) per problem, standing for every instance and start of it
+    (``sampled_update_signal`` reads the same laws: no units of its own)."""
+    from seeupo.tabular.draws import one_sampled_update
+
+    s = ctx.sizes
+    units = []
+    for _, problem, group_size in sampled.draw_parts(s):
+        one = problem.instance(0)
+        uniform = random_starts(one, 0, torch.Generator())[0]
+        algorithm = ctx.config.replace(group_size=group_size)
+        units.append(Unit(lambda one=one, uniform=uniform, algorithm=algorithm: one_sampled_update(
+            one, policy_at(one, uniform), algorithm, ctx.optimizer, ctx.lr), s.instances * (1 + s.starts)))
+    return units
 
 
 def _credit_units(ctx: Context) -> list[Unit]:
@@ -81,7 +94,8 @@ def _credit_units(ctx: Context) -> list[Unit]:
         one = random_family(family, s.instances, turns, reward_levels=3,
                             generator=_generator(s, "agentic_credit", k)).instance(0)
         uniform = random_starts(one, 0, torch.Generator())[0]
-        units.append(Unit(lambda one=one, uniform=uniform: gradient_directions(one, policy_at(one, uniform), algorithm),
+        units.append(Unit(lambda one=one, uniform=uniform: gradient_directions(one, policy_at(one, uniform), algorithm,
+                                                                                      level="update"),
                           s.instances * (1 + s.starts)))
     return units
 
@@ -117,9 +131,10 @@ def units(ctx: Context, capability: str) -> list[Unit]:
     """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
     if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
         return _monotone_units(ctx, capability)
-    return {"multi_turn_convergence": _convergence_units, "agentic_credit": _credit_units,
-            "reward_invariance": _invariance_units, "zero_variance_groups": _zero_variance_units,
-            "lm_bridge": lambda ctx: []}[capability](ctx)
+    return {"multi_turn_convergence": _convergence_units, "convergence_speed": lambda ctx: [],
+            "agentic_credit": _credit_units, "reward_invariance": _invariance_units,
+            "zero_variance_groups": _zero_variance_units, "sampled_update_safety": _draw_units,
+            "sampled_update_signal": lambda ctx: [], "lm_bridge": lambda ctx: []}[capability](ctx)
 
 
 def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:
