@@ -220,10 +220,12 @@ PRESETS: dict[str, AlgorithmConfig] = {
         name="reinforce_pp", preset="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
-    # mainstream multi-turn trainers (Zheng et al. 2025).
+    # mainstream multi-turn trainers (Zheng et al. 2025), with the paper's clip range
+    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index).
     "gspo": AlgorithmConfig(
         name="gspo", preset="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
         ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
+        clip_eps_low=3e-4, clip_eps_high=4e-4,
     ),
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
     "rloo": AlgorithmConfig(name="rloo", preset="rloo", advantage="grae", grae_center="loo", update="reinforce"),
@@ -235,6 +237,11 @@ PRESETS: dict[str, AlgorithmConfig] = {
         order="reverse", m_factor="happo",
     ),
 }
+
+#: The clip range of every row of the SeeUPO paper's Table 1 ("0.2 in the paper"): its taxonomy compares the classes
+#: at one clip, so ``seeupo verify``'s GSPO row and the searches about it keep this range, where the ``gspo`` preset
+#: has the GSPO paper's own (3e-4, 4e-4).
+TABLE1_CLIP: dict[str, float] = {"clip_eps_low": 0.2, "clip_eps_high": 0.2}
 
 #: The presets defined here (the paper's algorithms); :func:`register_preset` adds others to PRESETS.
 BUILTIN_PRESETS: frozenset[str] = frozenset(PRESETS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.config import PRESETS, TABLE1_CLIP, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 
 
@@ -34,7 +34,7 @@ def table1_rows(exact_epochs: int) -> list[Row]:
         Row("grpo", "GRPO", "GRAE", "PPU", "token", preset("grpo", **ppu), "no guarantee", "no guarantee"),
         Row("reinforce_pp", "REINFORCE++", "GRAE", "PPU", "token", preset("reinforce_pp", **ppu), "no guarantee", "no guarantee"),
         Row("rloo", "RLOO", "GRAE", "REINFORCE", "sequence", preset("rloo"), "converges", "no guarantee", "sgd", 5.0, 10),
-        Row("gspo", "GSPO", "GRAE", "PPU", "sequence", preset("gspo", **ppu), "converges", "no guarantee"),
+        Row("gspo", "GSPO", "GRAE", "PPU", "sequence", preset("gspo", **TABLE1_CLIP, **ppu), "converges", "no guarantee"),
         Row("seeupo", "SeeUPO", "GRAE", "HAML (reverse)", "sequence", preset("seeupo", **ppu), None, "converges"),
         Row("seeupo_forward", "SeeUPO, forward order", "GRAE", "HAML (forward)", "sequence", preset("seeupo", order="forward", **ppu), None, None),
         Row("seeupo_random", "SeeUPO, random order", "GRAE", "HAML (random)", "sequence", preset("seeupo", order="random", **ppu), None, None),

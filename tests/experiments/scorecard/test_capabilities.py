@@ -124,17 +124,20 @@ def test_a_loss_that_never_updates_turn_0_has_no_credit(hand):
     credit capability reads the whole update."""
     from seeupo.experiments.scorecard.capabilities import agentic_credit
     from seeupo.experiments.scorecard.card import context
+    import torch
+
     from seeupo.tabular.gradient import gradient_directions
+    from seeupo.tabular.policies import TabularPolicy
     from seeupo.tabular.problems import random_family
 
     ctx = context("turn0_frozen_pg", TINY, None)
     measured = agentic_credit(ctx)
     assert measured.score.value == 0.0 and "turn cosines -, " in measured.worst  # turn 0: no step where grad J is not 0
-    one = random_family("stop", 1, 2, reward_levels=3, generator=__import__("torch").Generator().manual_seed(0))
-    from seeupo.tabular.policies import TabularPolicy
-
-    (estimator,) = gradient_directions(one, TabularPolicy(one), ctx.config, level="estimator")
-    assert estimator.verdict == "unbiased"
+    one = random_family("stop", 1, 2, reward_levels=3, generator=torch.Generator().manual_seed(0))
+    start = TabularPolicy(one, init_scale=1.0, generator=torch.Generator().manual_seed(1))
+    (estimator,) = gradient_directions(one, start, ctx.config, level="estimator")
+    (update,) = gradient_directions(one, start, ctx.config, level="update")
+    assert estimator.verdict == "unbiased" and update.verdict != "unbiased"
 
 
 def test_noise_without_bias_scores_low_on_signal_only(hand):
