@@ -215,9 +215,17 @@ PRESETS: dict[str, AlgorithmConfig] = {
     "ppo": AlgorithmConfig(name="ppo", preset="ppo", advantage="gae", gae_token_level=True, update="ppo", ratio_level="token"),
     # GRAE (group std) + token-level PPU (Shao et al. 2024).
     "grpo": AlgorithmConfig(name="grpo", preset="grpo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="token"),
-    # GRAE + batch z-score + token-level PPU (REINFORCE++ with a group baseline, Hu 2025).
+    # REINFORCE++ (Hu 2025; OpenRLHF's advantage_estimator="reinforce"): each token's return-to-go, no
+    # baseline, whitened over the batch, token-level PPU.
     "reinforce_pp": AlgorithmConfig(
-        name="reinforce_pp", preset="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
+        name="reinforce_pp", preset="reinforce_pp", advantage="reinforce_pp", update="ppo", ratio_level="token"
+    ),
+    # REINFORCE++-baseline (Hu 2025; OpenRLHF's "reinforce_baseline"): the group's mean reward subtracted,
+    # then the batch z-score (GRAE + batch_std), token-level PPU. The SeeUPO paper's Table 1 reads
+    # REINFORCE++ as this one (GRAE), and its REINFORCE++ row runs it.
+    "reinforce_pp_baseline": AlgorithmConfig(
+        name="reinforce_pp_baseline", preset="reinforce_pp_baseline", advantage="grae", grae_scale="batch_std",
+        update="ppo", ratio_level="token"
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
     # mainstream multi-turn trainers (Zheng et al. 2025), with the paper's clip range

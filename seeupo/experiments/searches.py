@@ -93,7 +93,7 @@ _CASES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     "grpo_mt_bandit": lambda: ppu_cases(preset("grpo"), _bandit_mt()),
     "grpo_mt_stochastic": lambda: ppu_cases(preset("grpo"), _stochastic_mt()),
     "grae_mean_ppu_st_stochastic": lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
-    "reinforce_pp_mt_stochastic": lambda: ppu_cases(preset("reinforce_pp"), _stochastic_mt()),
+    "reinforce_pp_mt_stochastic": lambda: ppu_cases(preset("reinforce_pp_baseline"), _stochastic_mt()),
     "gspo_mt_token": lambda: ppu_cases(preset("gspo", **TABLE1_CLIP), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
     "gspo_mean_mt_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none", **TABLE1_CLIP), _stochastic_mt()),
     "gspo_st_stochastic": lambda: ppu_cases(preset("gspo", **TABLE1_CLIP), _stochastic_st()),

@@ -8,7 +8,7 @@ import pytest
 
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 
-EXPECTED_PRESETS = {"ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"}
+EXPECTED_PRESETS = {"ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "gspo", "rloo", "seeupo"}
 
 
 def test_preset_names():
@@ -29,7 +29,9 @@ def test_preset_contents_match_table_1():
     ppo, grpo, rpp, gspo, rloo, seeupo = (PRESETS[k] for k in ("ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"))
     assert (ppo.advantage, ppo.update, ppo.ratio_level, ppo.schedule) == ("gae", "ppo", "token", "simultaneous")
     assert (grpo.advantage, grpo.grae_scale, grpo.update, grpo.ratio_level) == ("grae", "group_std", "ppo", "token")
-    assert (rpp.grae_scale, rpp.update, rpp.ratio_level) == ("batch_std", "ppo", "token")
+    assert (rpp.advantage, rpp.update, rpp.ratio_level) == ("reinforce_pp", "ppo", "token")  # its return-to-go
+    rpp_baseline = PRESETS["reinforce_pp_baseline"]  # Table 1's reading of REINFORCE++: GRAE + batch z-score
+    assert (rpp_baseline.advantage, rpp_baseline.grae_scale, rpp_baseline.update) == ("grae", "batch_std", "ppo")
     assert (gspo.ratio_level, gspo.ratio_scope, gspo.length_norm, gspo.update) == ("sequence", "trajectory", True, "ppo")
     assert (rloo.grae_center, rloo.update) == ("loo", "reinforce")
     # SeeUPO (docs/method.md §4): mean-centred GRAE + batch z-score (not the group std), per-turn length-normalised

@@ -32,7 +32,7 @@ def table1_rows(exact_epochs: int) -> list[Row]:
     return [
         Row("ppo", "PPO", "GAE", "PPU", "token", preset("ppo", **ppu), "converges", "converges"),
         Row("grpo", "GRPO", "GRAE", "PPU", "token", preset("grpo", **ppu), "no guarantee", "no guarantee"),
-        Row("reinforce_pp", "REINFORCE++", "GRAE", "PPU", "token", preset("reinforce_pp", **ppu), "no guarantee", "no guarantee"),
+        Row("reinforce_pp", "REINFORCE++", "GRAE", "PPU", "token", preset("reinforce_pp_baseline", **ppu), "no guarantee", "no guarantee"),
         Row("rloo", "RLOO", "GRAE", "REINFORCE", "sequence", preset("rloo"), "converges", "no guarantee", "sgd", 5.0, 10),
         Row("gspo", "GSPO", "GRAE", "PPU", "sequence", preset("gspo", **TABLE1_CLIP, **ppu), "converges", "no guarantee"),
         Row("seeupo", "SeeUPO", "GRAE", "HAML (reverse)", "sequence", preset("seeupo", **ppu), None, "converges"),
@@ -47,6 +47,7 @@ ADVANTAGES: dict[str, dict[str, object]] = {
     "GRAE LOO": dict(advantage="grae", grae_center="loo", grae_scale="none"),
     "GRAE group-std": dict(advantage="grae", grae_center="mean", grae_scale="group_std"),
     "GRAE batch-z": dict(advantage="grae", grae_center="mean", grae_scale="batch_std"),
+    "REINFORCE++": dict(advantage="reinforce_pp"),
 }
 UPDATES: dict[str, tuple[str, str, dict[str, object]]] = {
     "REINFORCE": ("REINFORCE", "sequence", dict(update="reinforce")),

@@ -133,7 +133,7 @@ def test_a_loss_that_never_updates_turn_0_has_no_credit(hand):
     ctx = context("turn0_frozen_pg", TINY, None)
     measured = agentic_credit(ctx)
     assert measured.score.value == 0.0 and "turn cosines -, " in measured.worst  # turn 0: no step where grad J is not 0
-    one = random_family("stop", 1, 2, reward_levels=3, generator=torch.Generator().manual_seed(0))
+    one = random_family("tool", 1, 2, reward_levels=3, generator=torch.Generator().manual_seed(0))
     start = TabularPolicy(one, init_scale=1.0, generator=torch.Generator().manual_seed(1))
     (estimator,) = gradient_directions(one, start, ctx.config, level="estimator")
     (update,) = gradient_directions(one, start, ctx.config, level="update")
