@@ -33,6 +33,8 @@ class Sizes:
     starts: random start policies beside the uniform one (credit, invariance).
     convergence_updates: the algorithm's own exact updates per convergence run (times its iterations per update).
     bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
+    sweep_lr: the factors of the exact mode's step size at which the capabilities that run the optimizer are
+      measured again (the protocol sweep: no score should be an artefact of one step size); () for none.
     seed: seeds every problem and start policy.
     """
 
@@ -44,10 +46,12 @@ class Sizes:
     convergence_updates: int = 30
     bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     bridge_steps: int = 5
+    sweep_lr: tuple[float, ...] = (0.2, 5.0)
     seed: int = 0
 
 
-QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, convergence_updates=15, bridge_seeds=(0, 1, 2), bridge_steps=3)
+QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, convergence_updates=15, bridge_seeds=(0, 1, 2), bridge_steps=3,
+              sweep_lr=())
 
 
 @dataclass
@@ -90,7 +94,9 @@ class Context:
 @dataclass(frozen=True)
 class Capability:
     """A capability experiment: its name, title (and ``short``, a table's column), tags, the question in words,
-    the rule, whether it is exact, and the measurement."""
+    the rule, whether it is exact, the measurement, whether it runs the exact mode's optimizer (``protocol``: its
+    score depends on the step size, so the protocol sweep measures it again), and the hand-made algorithm that must
+    fail it (``fails``: tests/experiments/scorecard/hand_algorithms.py)."""
 
     name: str
     title: str
@@ -100,6 +106,8 @@ class Capability:
     rule: str
     exact: bool
     measure: Callable[[Context], Measured]
+    protocol: bool = False
+    fails: str = ""
 
 
 # ------------------------------------------------------------------------------------------ problems

@@ -382,6 +382,47 @@ def zero_variance_groups(ctx: Context) -> Measured:
     return Measured(rules.share(flags), covered, worst, seconds=time.perf_counter() - start)
 
 
+#: The reward spreads of the prompts of a difficulty problem: the same rewards scaled per prompt, so that a per-prompt
+#: normaliser (a group std) weighs the prompts unlike J does.
+PROMPT_SCALES = (0.1, 0.5, 1.0)
+
+
+def _prompts_problem(s: Sizes) -> TreeMDP:
+    """1-turn token bandits with one prompt per scale of :data:`PROMPT_SCALES`, drawn uniformly: rewards on 3 levels
+    times the prompt's scale (a prompt whose rewards barely differ is one whose groups look alike)."""
+    from seeupo.tabular.problems import random_sequential_bandit
+
+    base = random_sequential_bandit(s.instances, (4,), num_initial_states=len(PROMPT_SCALES), reward_levels=3,
+                                    tokens=(2, 2), generator=_generator(s, "difficulty_weighting", 0))
+    scale = torch.tensor(PROMPT_SCALES, dtype=base.rewards[-1].dtype)[None, :, None, None]
+    uniform = torch.full_like(base.initial_state_probs, 1.0 / len(PROMPT_SCALES))
+    return dataclasses.replace(base, rewards=[base.rewards[-1] * scale], initial_state_probs=uniform)
+
+
+def difficulty_weighting(ctx: Context) -> Measured:
+    from seeupo.tabular.gradient import REL_TOL, policy_gradient
+
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    problem = _prompts_problem(s)
+    cosines: list[float] = []
+    worst: tuple[float, str] | None = None
+    for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "difficulty_weighting", 1))):
+        update = _flat_direction(problem, probs, algorithm)
+        true = torch.cat(policy_gradient(problem, policy_at(problem, probs)), dim=1)
+        for i, c in enumerate(_cosines(update, true)):
+            credit = 0.0 if math.isnan(c) else 1.0 if c >= 1 - REL_TOL else max(0.0, c)  # parallel within float noise
+            cosines.append(credit)
+            if credit < 1 - rules.INVARIANCE_TOL and (worst is None or credit < worst[0]):
+                worst = (credit, f"instance {i}, {'uniform' if j == 0 else f'random start {j}'}: the update's cosine "
+                                 f"with grad J is " + ("nan (one of them zero or not finite)" if math.isnan(c) else f"{c:.4f}"))
+    covered = (f"1-turn token bandits ({s.instances}) of {len(PROMPT_SCALES)} prompts drawn uniformly, rewards on 3 levels "
+               f"scaled per prompt by {', '.join(f'{x:g}' for x in PROMPT_SCALES)}; {1 + s.starts} start policies, "
+               f"G = {s.group_size}")
+    return Measured(rules.mean_of(cosines, what="cases"), covered, worst[1] if worst else None,
+                    seconds=time.perf_counter() - start)
+
+
 def lm_bridge(ctx: Context) -> Measured:
     from seeupo.experiments.check.planning import DEFAULT
     from seeupo.experiments.check.run import run_bridge
@@ -410,53 +451,63 @@ MONOTONE_RULE = ("share of runs whose exact J never fell by more than 1e-7 in on
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
                ("monotonicity", "single-turn"), "Does an exact update ever lower J on one turn?",
-               MONOTONE_RULE, True, single_turn_monotone),
+               MONOTONE_RULE, True, single_turn_monotone, True,
+               "anti_pg (minus the exact policy gradient): 0; frozen_pg (never moves): 0"),
     Capability("multi_turn_monotone", "Multi-turn monotone improvement", "multi-turn monotone",
                ("monotonicity", "multi-turn", "agentic"),
                "Does an exact update ever lower J over several turns, where the agent stops when it chooses?",
-               MONOTONE_RULE, True, multi_turn_monotone),
+               MONOTONE_RULE, True, multi_turn_monotone, True, "anti_pg: 0"),
     Capability("stochastic_outcomes", "Stochastic outcomes", "stochastic outcomes", ("monotonicity", "stochastic"),
                "Does an exact update lower J when observations and episode ends are random?",
-               MONOTONE_RULE, True, stochastic_outcomes),
+               MONOTONE_RULE, True, stochastic_outcomes, True, "anti_pg: 0"),
     Capability("shared_parameters", "Parameters shared across turns", "shared parameters",
                ("monotonicity", "shared", "multi-turn"),
                "Does an exact update lower J when every turn reads one parameter table (as a language model's)?",
-               MONOTONE_RULE, True, shared_parameters),
+               MONOTONE_RULE, True, shared_parameters, True, "anti_pg: 0"),
     Capability("multi_turn_convergence", "Multi-turn convergence to J*", "reaches J*",
                ("convergence", "multi-turn", "agentic"),
                "Where do the algorithm's own exact updates (its schedule, optimizer and epochs) lead: to J*, or short?",
                "mean over problems of the share of the gap to J* closed after its updates (1 when within 1% of J*)",
-               True, sampled.multi_turn_convergence),
+               True, sampled.multi_turn_convergence, True, "anti_pg: 0"),
     Capability("convergence_speed", "Updates to J*", "speed to J*", ("convergence", "multi-turn", "graded"),
                "How many of its own exact updates does the algorithm take to come within 1% of J*?",
                "mean over problems of 1 - k / K, k the first update within 1% of J* (0 when it never is), K the updates",
-               True, sampled.convergence_speed),
+               True, sampled.convergence_speed, True, "anti_pg: 0"),
     Capability("agentic_credit", "Per-turn credit on agentic problems", "per-turn credit",
                ("gradient", "agentic", "credit"),
                "Does every turn's expected first step (the whole update: loss, aggregation, M factor, schedule) point "
                "up the policy gradient of that turn (stopping, intermediate rewards, tool results)?",
                "mean over cases of the smallest per-turn cosine between the update's expected first step and grad J, "
-               "floored at 0", True, agentic_credit),
+               "floored at 0", True, agentic_credit, False,
+               "anti_pg: 0; turn0_frozen_pg (its loss never updates turn 0; estimator credit 1): 0"),
     Capability("reward_invariance", "Invariance to reward shift and scale", "reward shift/scale",
                ("robustness", "rewards"),
                "Does the whole update's expected first step keep its direction when every return becomes a R + b (a > 0)?",
                "share of (problem, start, transform) whose expected first step keeps its direction (cosine >= 1 - 1e-6)",
-               True, reward_invariance),
+               True, reward_invariance, False,
+               "range_flip_pg (correct only on rewards spanning [0, 1]): 0"),
     Capability("zero_variance_groups", "Groups with zero variance", "zero-variance groups",
                ("robustness", "groups", "sparse reward"),
                "Is the update finite and zero when no group has signal, and uphill when most groups have none?",
                "share of cases: constant rewards give a finite zero first step; one rewarded answer a finite uphill one",
-               True, zero_variance_groups),
+               True, zero_variance_groups, False,
+               "anti_bonus_pg (moves where no reward differs): 0"),
     Capability("sampled_update_safety", "One sampled update keeps J", "sampled-update safety",
                ("finite sample", "monotonicity", "graded"),
                "A run updates on one drawn group, not on the expectation: how likely is one sampled update to lower J?",
                "mean over cases of 1 - P(one sampled update lowers J by more than 1e-7), every group draw enumerated",
-               True, sampled.sampled_update_safety),
+               True, sampled.sampled_update_safety, True, "anti_pg: < 0.01"),
     Capability("sampled_update_signal", "Signal in a sampled update", "sampled-update signal",
                ("finite sample", "variance", "graded"),
                "How much of one sampled update's first step is its expectation, and how much noise?",
                "mean over cases of |E g|^2 / E|g|^2 of the first step g over every group draw (1: no noise)",
-               True, sampled.sampled_update_signal),
+               True, sampled.sampled_update_signal, False,
+               "shifted_pg (the exact advantage plus 100: unbiased, almost all noise): < 0.05"),
+    Capability("difficulty_weighting", "Prompts weighted as J weighs them", "prompt weighting",
+               ("gradient", "prompts", "graded"),
+               "With prompts whose rewards spread differently, does the update weigh each prompt as grad J does?",
+               "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0",
+               True, difficulty_weighting, False, "anti_pg: 0"),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",

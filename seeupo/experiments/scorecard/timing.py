@@ -127,6 +127,17 @@ def _zero_variance_units(ctx: Context) -> list[Unit]:
     return units
 
 
+def _difficulty_units(ctx: Context) -> list[Unit]:
+    """One expected first step of the prompts problem, standing for each of its starts."""
+    from seeupo.experiments.scorecard.capabilities import _prompts_problem
+
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    problem = _prompts_problem(s)
+    uniform = random_starts(problem, 0, torch.Generator())[0]
+    return [Unit(lambda: _flat_direction(problem, uniform, algorithm), 1 + s.starts)]
+
+
 def units(ctx: Context, capability: str) -> list[Unit]:
     """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
     if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
@@ -134,7 +145,8 @@ def units(ctx: Context, capability: str) -> list[Unit]:
     return {"multi_turn_convergence": _convergence_units, "convergence_speed": lambda ctx: [],
             "agentic_credit": _credit_units, "reward_invariance": _invariance_units,
             "zero_variance_groups": _zero_variance_units, "sampled_update_safety": _draw_units,
-            "sampled_update_signal": lambda ctx: [], "lm_bridge": lambda ctx: []}[capability](ctx)
+            "sampled_update_signal": lambda ctx: [], "difficulty_weighting": _difficulty_units,
+            "lm_bridge": lambda ctx: []}[capability](ctx)
 
 
 def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,14 +116,21 @@ def describe(cfg: AlgorithmConfig) -> tuple[str, str, str]:
 def algorithm_rows(names: list[str] | tuple[str, ...], exact_epochs: int) -> list[Row]:
     """Rows for the registered algorithms ``names`` (presets, built in or from plugins).
 
-    A row of the paper's Table 1 keeps its claims; any other algorithm has none. A plain policy
-    gradient (a loss that is not a surrogate) takes one SGD step per iteration, as RLOO's row.
+    A row of the paper's Table 1 keeps its claims, and runs the preset of its name: where Table 1's
+    row runs another configuration (its GSPO row at the common clip 0.2, its REINFORCE++ row the
+    -baseline variant) the preset's own replaces it. Any other algorithm has no claims. A plain
+    policy gradient (a loss that is not a surrogate) takes one SGD step per iteration, as RLOO's row.
     """
     paper = {row.name: row for row in table1_rows(exact_epochs)}
     rows = []
     for name in names:
         if name in paper:
-            rows.append(paper[name])
+            row = paper[name]
+            own = preset(name).replace(epochs=row.config.epochs)
+            if row.config != own:
+                advantage, update, level = describe(own)
+                row = dataclasses.replace(row, config=own, advantage=advantage, update=update, level=level)
+            rows.append(row)
             continue
         if name not in PRESETS:
             raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")

@@ -35,7 +35,7 @@ def scores(name: str, capabilities=EXACT, out=None) -> dict:
 
 #: The capabilities of an expected update's sign and direction, where the exact policy gradient scores 1.
 EXPECTED = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
-            "agentic_credit", "reward_invariance", "zero_variance_groups")
+            "agentic_credit", "reward_invariance", "zero_variance_groups", "difficulty_weighting")
 
 
 def test_the_exact_policy_gradient_scores_one_on_every_expected_update_capability(hand, tmp_path):
@@ -54,7 +54,7 @@ def test_the_exact_policy_gradient_scores_one_on_every_expected_update_capabilit
 def test_its_negation_scores_zero_on_improvement_convergence_and_credit(hand, tmp_path):
     measured = scores("anti_pg", out=tmp_path)
     for name in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
-                 "multi_turn_convergence", "convergence_speed", "agentic_credit"):
+                 "multi_turn_convergence", "convergence_speed", "agentic_credit", "difficulty_weighting"):
         assert measured[name].score.value == 0.0, name
         assert measured[name].worst
     assert measured["sampled_update_safety"].score.value < 0.01  # nearly every draw lowers J
@@ -149,3 +149,20 @@ def test_noise_without_bias_scores_low_on_signal_only(hand):
     assert shifted["agentic_credit"].score.value == exact["agentic_credit"].score.value == 1.0
     assert shifted["sampled_update_signal"].score.value < 0.05 < 0.3 < exact["sampled_update_signal"].score.value
     assert shifted["sampled_update_safety"].score.value < exact["sampled_update_safety"].score.value
+
+
+def test_a_group_std_weighs_prompts_by_their_spread_and_dr_grpo_does_not():
+    """Dr. GRPO's difficulty bias, measured: prompts whose rewards spread 0.1, 0.5 and 1 apart; GRPO's group std
+    weighs the narrow prompt up (the update turns away from grad J), mean-centring alone does not."""
+    from seeupo import plugins
+    from seeupo.experiments.scorecard.capabilities import difficulty_weighting
+    from seeupo.experiments.scorecard.card import context
+
+    plugins.forget_plugins()
+    plugins.load_plugin(str(Path(__file__).resolve().parents[3] / "examples" / "algorithms" / "dr_grpo.py"))
+    try:
+        grpo, dr = (difficulty_weighting(context(n, TINY, None)) for n in ("grpo", "dr_grpo"))
+    finally:
+        plugins.forget_plugins()
+    assert dr.score.value == 1.0 and dr.worst is None
+    assert grpo.score.value < 0.95 and "cosine with grad J" in grpo.worst
