@@ -76,7 +76,7 @@ from typing import Any
 
 import torch
 
-from seeupo.core.advantages import broadcast_to_tokens, grae
+from seeupo.core.advantages import broadcast_to_tokens, grae, reward_to_go
 from seeupo.core.batch import segment_sum
 from seeupo.core.config import preset, register_preset
 from seeupo.core.registry import register_adv_est
@@ -91,19 +91,6 @@ here). ``cfg.gae_gamma`` (GAE's, default 1) is not used: it belongs to another e
 
 EPS = 1e-6
 """Added to the group std, as the built-in GRPO does."""
-
-
-def discounted_returns_to_go(batch: Any, gamma: float) -> torch.Tensor:
-    """Per row: ``sum_{k >= t} gamma^(k - t) r_k`` over its trajectory's valid rows from its turn on."""
-    num_turns = int(batch.turn.max().item()) + 1
-    reward = torch.zeros(batch.num_trajectories, num_turns, dtype=batch.reward.dtype, device=batch.reward.device)
-    reward[batch.traj_id, batch.turn] = batch.reward * batch.valid
-    to_go = torch.zeros_like(reward)
-    running = torch.zeros_like(reward[:, 0])
-    for t in reversed(range(num_turns)):
-        running = reward[:, t] + gamma * running
-        to_go[:, t] = running
-    return to_go[batch.traj_id, batch.turn]
 
 
 def gigpo_advantage(batch: Any, cfg: Any, std_norm: bool) -> Any:
@@ -121,7 +108,7 @@ def gigpo_advantage(batch: Any, cfg: Any, std_norm: bool) -> Any:
     key = (batch.group_id * num_turns + batch.turn) * num_hist + batch.data["hist"]
     _, cell = torch.unique(key, return_inverse=True)
     n_cells = int(cell.max().item()) + 1
-    to_go = discounted_returns_to_go(batch, GAMMA)
+    to_go = reward_to_go(batch, GAMMA)
     alive = batch.valid.to(to_go.dtype)
     count = segment_sum(alive, cell, n_cells)
     mean = segment_sum(to_go * alive, cell, n_cells) / count.clamp_min(1)
