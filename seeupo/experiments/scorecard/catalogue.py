@@ -12,6 +12,7 @@ contradict and are not listed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -123,7 +124,8 @@ def claim_verdict(claim: Claim, scores: dict[str, float | None], worst: dict[str
         return "outside the claim's model", "no capability's problems all lie inside: " + claim.model
     below = [c for c in claim.capabilities if (scores.get(c) if scores.get(c) is not None else 1.0) < 1 - 1e-9]
     if below:
-        return "disagrees", "; ".join(f"{c} {scores[c]:.2f}: {worst.get(c) or 'see the card'}" for c in below)
+        return "disagrees", "; ".join(f"{c} {math.floor(scores[c] * 100 + 1e-9) / 100:.2f}: "  # rounded down: < 1
+                                      f"{worst.get(c) or 'see the card'}" for c in below)
     missing = [c for c in claim.capabilities if scores.get(c) is None]
     if missing:
         return "no evidence", "not measured: " + ", ".join(missing)

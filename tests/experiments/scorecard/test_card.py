@@ -100,7 +100,8 @@ def test_compare_measures_the_others_on_the_same_problems(seeupo, tmp_path):
 
 
 def _card(name: str, values: dict, worst: str = "instance 3") -> Card:
-    measured = {n: Measured(Score(v, 4, None), "four problems", None if v == 1 else worst) for n, v in values.items()}
+    measured = {n: Measured(Score(v, 4, round(4 * v)), "four problems", None if v == 1 else worst)  # shares
+                for n, v in values.items()}
     return Card(name, {}, [], Sizes(), measured, {n: "--no-bridge" for n in NAMES if n not in values})
 
 
