@@ -6,9 +6,14 @@ arXiv:2505.10978.
 GiGPO (critic-free, for multi-turn agents) gives step ``t`` of trajectory ``i`` of a group of ``G``
 rollouts of one task two advantages and adds them::
 
-    A^E_i     = (R_i - mean_j R_j) / std_j R_j                  episode level: GRPO over the group
-    A^S_{i,t} = (G_{i,t} - mean_S G) / std_S G                  step level, over the step group S
+    A^E_i     = (R_i - mean_j R_j) / F_norm(R)                  episode level: GRPO over the group
+    A^S_{i,t} = (G_{i,t} - mean_S G) / F_norm(G_S)              step level, over the step group S
     A_{i,t}   = A^E_i + OMEGA * A^S_{i,t}                        OMEGA = 1 (the paper's default)
+
+with ``F_norm = 1`` (the authors' ``mode="mean_norm"``, the default of ``compute_gigpo_outcome_advantage``
+and of ``algorithm.gigpo.mode`` in verl-agent's ``ppo_trainer.yaml``: registered here as ``gigpo``) or
+``F_norm = std + 1e-6`` (``mode="mean_std_norm"``, which some of the authors' scripts set, e.g.
+``run_alfworld.sh``: registered as ``gigpo_std``).
 
 where ``G_{i,t} = sum_{k >= t} GAMMA^(k-t) r_{i,k}`` is the discounted return-to-go and the step
 group ``S`` of ``(i, t)`` holds every step of the group's trajectories, at any turn, whose
@@ -16,8 +21,8 @@ environment state is identical to that of ``(i, t)`` (an "anchor state").
 
 Implemented, on the tabular engine's batches:
 
-* episode level: the built-in GRPO advantage of ``batch.traj_return`` (unbiased std plus ``EPS``,
-  as :mod:`mt_grpo` uses);
+* episode level: the built-in group-relative advantage of ``batch.traj_return``: mean-centred
+  (``gigpo``) or GRPO's (``gigpo_std``: unbiased std plus ``EPS``);
 * anchor key: ``(group_id, turn, batch.data["hist"])``. In a tree MDP the history index of a turn
   (the initial state, then every action and observation so far) is the agent's whole view and the
   environment's whole state, so two steps are at "the same state" exactly when they share it; the
@@ -28,15 +33,19 @@ Implemented, on the tabular engine's batches:
   states to the tabular policy, which conditions on the whole history. At turn 0 every
   member of a group shares its initial state, so the first step group is the whole group;
 * step level: ``G_{i,t}`` from the rows' per-turn rewards ``batch.reward`` with ``GAMMA`` (below),
-  standardised within its step group among valid rows (unbiased std plus ``EPS``, as the episode
-  level); a step group of one member gets 0 (nothing to compare it with). The ``grae_*`` and
-  ``gae_gamma`` fields of the config are not read.
+  centred within its step group among valid rows (``gigpo_std``: and divided by its unbiased std
+  plus ``EPS``); a step group of one member gets 0 (nothing to compare it with), as the authors'
+  ``step_norm_reward``. The ``grae_*`` and ``gae_gamma`` fields of the config are not read.
 
 Simplified, and why:
 
 * ``OMEGA`` and ``GAMMA`` are module constants (the paper's ``omega = 1``; ``GAMMA`` below), not config fields: the
   config has no fields for them and a plugin cannot add any;
-* the std normalisation is always on (the paper also reports a variant without it, ``F_norm = 1``);
+* the authors' episode statistics are taken over step rows (``compute_mean_std_cross_steps=True``:
+  a trajectory counts once per step, so longer ones weigh more); here each trajectory counts once,
+  as the paper's Eq. 3 writes it;
+* the authors group steps by the observation text (``anchor_obs``) across turns; here by history
+  (above): a tree MDP's observation is not the agent's state;
 * the episode return is ``batch.traj_return`` (discounted by the problem's own ``gamma``, 1 on the
   stock problems), the step returns use ``GAMMA``: the two levels are computed as the paper writes
   them, from the quantities the batch carries.
@@ -55,7 +64,8 @@ two). The contract check (:func:`seeupo.core.contract.exact_mode_refusal`) chang
 actions and log-probabilities but keeps their histories for such an estimator; an estimator that
 reads histories without declaring it is refused for exact mode.
 
-Use: the plugin registers the preset ``gigpo``, ``preset("grpo", name="gigpo", advantage="gigpo")``::
+Use: the plugin registers the presets ``gigpo`` (``preset("grpo", name="gigpo", advantage="gigpo")``) and
+``gigpo_std`` (``advantage="gigpo_std"``)::
 
     seeupo check gigpo --plugin examples/algorithms/gigpo.py --quick --no-bridge
 """
@@ -66,7 +76,7 @@ from typing import Any
 
 import torch
 
-from seeupo.core.advantages import broadcast_to_tokens, grae
+from seeupo.core.advantages import broadcast_to_tokens, grae, reward_to_go
 from seeupo.core.batch import segment_sum
 from seeupo.core.config import preset, register_preset
 from seeupo.core.registry import register_adv_est
@@ -83,39 +93,44 @@ EPS = 1e-6
 """Added to the group std, as the built-in GRPO does."""
 
 
-def discounted_returns_to_go(batch: Any, gamma: float) -> torch.Tensor:
-    """Per row: ``sum_{k >= t} gamma^(k - t) r_k`` over its trajectory's valid rows from its turn on."""
-    num_turns = int(batch.turn.max().item()) + 1
-    reward = torch.zeros(batch.num_trajectories, num_turns, dtype=batch.reward.dtype, device=batch.reward.device)
-    reward[batch.traj_id, batch.turn] = batch.reward * batch.valid
-    to_go = torch.zeros_like(reward)
-    running = torch.zeros_like(reward[:, 0])
-    for t in reversed(range(num_turns)):
-        running = reward[:, t] + gamma * running
-        to_go[:, t] = running
-    return to_go[batch.traj_id, batch.turn]
-
-
-@register_adv_est("gigpo", needs_group_stats=True, reads_histories=True, lm=False)
-def gigpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
-    """GiGPO: GRPO's episode advantage plus OMEGA x the discounted return-to-go standardised in its step group."""
+def gigpo_advantage(batch: Any, cfg: Any, std_norm: bool) -> Any:
+    """GiGPO: the episode advantage plus OMEGA x the discounted return-to-go centred in its step group (each divided by
+    its group's std plus EPS when ``std_norm``: the authors' ``mean_std_norm``)."""
     if "hist" not in batch.data:
         raise ValueError("gigpo groups steps by their state, batch.data['hist'], which this batch lacks "
                          "(the tabular engine provides it; a language-model batch does not)")
-    episode = grae(batch, group_size=cfg.group_size, center="mean", scale="group_std", eps=EPS)  # A^E, [n, L]
+    episode = grae(batch, group_size=cfg.group_size, center="mean", scale="group_std" if std_norm else "none",
+                   eps=EPS)  # A^E, [n, L]
 
-    # step groups: valid rows with the same (group, turn, history)
-    key = torch.stack([batch.group_id, batch.turn, batch.data["hist"]], dim=1)
-    _, cell = torch.unique(key, dim=0, return_inverse=True)
+    # step groups: valid rows with the same (group, turn, history), one integer key each
+    num_turns = int(batch.turn.max().item()) + 1
+    num_hist = int(batch.data["hist"].max().item()) + 1
+    key = (batch.group_id * num_turns + batch.turn) * num_hist + batch.data["hist"]
+    _, cell = torch.unique(key, return_inverse=True)
     n_cells = int(cell.max().item()) + 1
-    to_go = discounted_returns_to_go(batch, GAMMA)
+    to_go = reward_to_go(batch, GAMMA)
     alive = batch.valid.to(to_go.dtype)
     count = segment_sum(alive, cell, n_cells)
     mean = segment_sum(to_go * alive, cell, n_cells) / count.clamp_min(1)
     centred = (to_go - mean[cell]) * alive
-    std = (segment_sum(centred**2, cell, n_cells) / (count - 1).clamp_min(1)).sqrt()
-    step = torch.where(count[cell] >= 2, centred / (std[cell] + EPS), torch.zeros_like(centred))
+    if std_norm:
+        std = (segment_sum(centred**2, cell, n_cells) / (count - 1).clamp_min(1)).sqrt()
+        centred = centred / (std[cell] + EPS)
+    step = torch.where(count[cell] >= 2, centred, torch.zeros_like(centred))
     return episode + OMEGA * broadcast_to_tokens(step, batch)
 
 
+@register_adv_est("gigpo", needs_group_stats=True, reads_histories=True, lm=False)
+def gigpo(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """GiGPO as its authors' default (``mode="mean_norm"``): no std at either level."""
+    return gigpo_advantage(batch, cfg, std_norm=False)
+
+
+@register_adv_est("gigpo_std", needs_group_stats=True, reads_histories=True, lm=False)
+def gigpo_std(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """GiGPO with ``mode="mean_std_norm"``: each level divided by its group's std plus EPS."""
+    return gigpo_advantage(batch, cfg, std_norm=True)
+
+
 PRESET = register_preset(preset("grpo", name="gigpo", advantage="gigpo"))
+STD_PRESET = register_preset(preset("grpo", name="gigpo_std", advantage="gigpo_std"))

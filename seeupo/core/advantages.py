@@ -131,6 +131,41 @@ def grae(
     return broadcast_to_tokens(adv[batch.traj_id], batch)
 
 
+def reward_to_go(batch: SampleBatch, gamma: float) -> Tensor:
+    """Per row: ``sum_{k >= t} gamma^(k - t) r_k`` over its trajectory's valid rows from its turn on (``[n]``)."""
+    num_turns = int(batch.turn.max().item()) + 1
+    reward = torch.zeros(batch.num_trajectories, num_turns, dtype=batch.reward.dtype, device=batch.reward.device)
+    reward[batch.traj_id, batch.turn] = batch.reward * batch.valid
+    to_go = torch.zeros_like(reward)
+    running = torch.zeros_like(reward[:, 0])
+    for t in reversed(range(num_turns)):
+        running = reward[:, t] + gamma * running
+        to_go[:, t] = running
+    return to_go[batch.traj_id, batch.turn]
+
+
+def reinforce_pp(batch: SampleBatch, gamma: float, eps: float = 1e-8) -> Tensor:
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262; OpenRLHF's ``--advantage_estimator reinforce``).
+
+    Each token's return-to-go, with no baseline, whitened over every valid token of the batch:
+    ``(G - mean) / sqrt(var + eps)`` (OpenRLHF's ``var.clamp(min=1e-8).rsqrt()``; population
+    variance), per instance, each token weighted by its row's weight (unit weights: the batch; the
+    exact mode's probability weights: its infinite-batch limit). A turn's reward comes at its last
+    token, so every token of a turn carries the turn's return-to-go; OpenRLHF's KL penalty folded
+    into each token's reward is 0 here (no reference policy), and its reward clip to [-10, 10]
+    leaves the toolkit's rewards as they are.
+    """
+    to_go = reward_to_go(batch, gamma)
+    real = (batch.token_mask & batch.valid[:, None]).to(to_go.dtype)
+    tokens = batch.weight.to(to_go.dtype) * real.sum(1)
+    n_inst = batch.num_instances
+    total = segment_sum(tokens, batch.instance, n_inst)
+    mean = segment_sum(tokens * to_go, batch.instance, n_inst) / total
+    centred = to_go - mean[batch.instance]
+    var = segment_sum(tokens * centred**2, batch.instance, n_inst) / total
+    return (centred / (var[batch.instance] + eps).sqrt())[:, None] * real
+
+
 def broadcast_to_tokens(row_values: Tensor, batch: SampleBatch) -> Tensor:
     """Repeat a per-row value over the row's real tokens; 0 on padding and placeholders."""
     mask = batch.token_mask & batch.valid[:, None]

@@ -38,6 +38,13 @@ def grae(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None,
     )
 
 
+def reinforce_pp(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """REINFORCE++ (Hu 2025): each token's return-to-go (``gae_gamma``), no baseline, whitened over the batch's tokens."""
+    from seeupo.core.advantages import reinforce_pp as reinforce_pp_impl
+
+    return reinforce_pp_impl(batch, cfg.gae_gamma)
+
+
 # ---- policy losses: fn(logp_new, batch, adv, cfg) -> (objective [n, L], clipped [n, L] | None)
 
 
@@ -120,6 +127,7 @@ ADV_ESTIMATORS = (
     ("oracle", oracle, dict(needs_oracle=True, lm=False)),
     ("gae", gae, dict(needs_critic=True)),
     ("grae", grae, dict(needs_group_stats=True, group_stats_closed_form=True)),
+    ("reinforce_pp", reinforce_pp, dict()),
 )
 POLICY_LOSSES = (
     ("reinforce", reinforce, dict(surrogate=False)),

@@ -215,15 +215,25 @@ PRESETS: dict[str, AlgorithmConfig] = {
     "ppo": AlgorithmConfig(name="ppo", preset="ppo", advantage="gae", gae_token_level=True, update="ppo", ratio_level="token"),
     # GRAE (group std) + token-level PPU (Shao et al. 2024).
     "grpo": AlgorithmConfig(name="grpo", preset="grpo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="token"),
-    # GRAE + batch z-score + token-level PPU (REINFORCE++ with a group baseline, Hu 2025).
+    # REINFORCE++ (Hu 2025; OpenRLHF's advantage_estimator="reinforce"): each token's return-to-go, no
+    # baseline, whitened over the batch, token-level PPU.
     "reinforce_pp": AlgorithmConfig(
-        name="reinforce_pp", preset="reinforce_pp", advantage="grae", grae_scale="batch_std", update="ppo", ratio_level="token"
+        name="reinforce_pp", preset="reinforce_pp", advantage="reinforce_pp", update="ppo", ratio_level="token"
+    ),
+    # REINFORCE++-baseline (Hu 2025; OpenRLHF's "reinforce_baseline"): the group's mean reward subtracted,
+    # then the batch z-score (GRAE + batch_std), token-level PPU. The SeeUPO paper's Table 1 reads
+    # REINFORCE++ as this one (GRAE), and its REINFORCE++ row runs it.
+    "reinforce_pp_baseline": AlgorithmConfig(
+        name="reinforce_pp_baseline", preset="reinforce_pp_baseline", advantage="grae", grae_scale="batch_std",
+        update="ppo", ratio_level="token"
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
-    # mainstream multi-turn trainers (Zheng et al. 2025).
+    # mainstream multi-turn trainers (Zheng et al. 2025), with the paper's clip range
+    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index).
     "gspo": AlgorithmConfig(
         name="gspo", preset="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
         ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
+        clip_eps_low=3e-4, clip_eps_high=4e-4,
     ),
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
     "rloo": AlgorithmConfig(name="rloo", preset="rloo", advantage="grae", grae_center="loo", update="reinforce"),
@@ -235,6 +245,11 @@ PRESETS: dict[str, AlgorithmConfig] = {
         order="reverse", m_factor="happo",
     ),
 }
+
+#: The clip range of every row of the SeeUPO paper's Table 1 ("0.2 in the paper"): its taxonomy compares the classes
+#: at one clip, so ``seeupo verify``'s GSPO row and the searches about it keep this range, where the ``gspo`` preset
+#: has the GSPO paper's own (3e-4, 4e-4).
+TABLE1_CLIP: dict[str, float] = {"clip_eps_low": 0.2, "clip_eps_high": 0.2}
 
 #: The presets defined here (the paper's algorithms); :func:`register_preset` adds others to PRESETS.
 BUILTIN_PRESETS: frozenset[str] = frozenset(PRESETS)

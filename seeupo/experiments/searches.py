@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.config import PRESETS, TABLE1_CLIP, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.experiments.counterexamples import Case
 from seeupo.experiments.search_catalog import PAPER_SEARCHES
@@ -93,12 +93,12 @@ _CASES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     "grpo_mt_bandit": lambda: ppu_cases(preset("grpo"), _bandit_mt()),
     "grpo_mt_stochastic": lambda: ppu_cases(preset("grpo"), _stochastic_mt()),
     "grae_mean_ppu_st_stochastic": lambda: ppu_cases(preset("grpo", grae_scale="none"), _stochastic_st()),
-    "reinforce_pp_mt_stochastic": lambda: ppu_cases(preset("reinforce_pp"), _stochastic_mt()),
-    "gspo_mt_token": lambda: ppu_cases(preset("gspo"), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
-    "gspo_mean_mt_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_mt()),
-    "gspo_st_stochastic": lambda: ppu_cases(preset("gspo"), _stochastic_st()),
-    "gspo_st_stochastic_tokens": lambda: ppu_cases(preset("gspo"), _stochastic_st_tokens()),
-    "gspo_mean_st_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none"), _stochastic_st_tokens()),
+    "reinforce_pp_mt_stochastic": lambda: ppu_cases(preset("reinforce_pp_baseline"), _stochastic_mt()),
+    "gspo_mt_token": lambda: ppu_cases(preset("gspo", **TABLE1_CLIP), token_bandits(min_turns=2, max_turns=2, reward_levels=3)),
+    "gspo_mean_mt_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none", **TABLE1_CLIP), _stochastic_mt()),
+    "gspo_st_stochastic": lambda: ppu_cases(preset("gspo", **TABLE1_CLIP), _stochastic_st()),
+    "gspo_st_stochastic_tokens": lambda: ppu_cases(preset("gspo", **TABLE1_CLIP), _stochastic_st_tokens()),
+    "gspo_mean_st_stochastic": lambda: ppu_cases(preset("gspo", grae_scale="none", **TABLE1_CLIP), _stochastic_st_tokens()),
     "seeupo_mt_stochastic": lambda: ppu_cases(preset("seeupo"), _stochastic_mt()),
     "seeupo_mt_shared": lambda: ppu_cases(preset("seeupo"), _bandit_mt(), parameterization="shared"),
     "rloo_mt_small_step": lambda: reinforce_cases(preset("rloo"), _stochastic_mt(), [0.1, 0.5, 1.0]),

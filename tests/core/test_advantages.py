@@ -439,3 +439,24 @@ def test_gae_for_batch_row_order_irrelevant(make_batch):
         ref = gae_for_batch(b, values, gamma=0.9, lam=0.7, token_level=token_level)
         out = gae_for_batch(b.select(perm), values[perm], gamma=0.9, lam=0.7, token_level=token_level)
         close(out, ref[perm])
+
+
+def test_reinforce_pp_is_the_return_to_go_whitened_over_the_batch_by_hand(make_batch):
+    """REINFORCE++ (OpenRLHF's ``reinforce``): no baseline; each token carries its turn's return-to-go, whitened over
+    every valid token. Trajectory A earns 1 then 2 (returns-to-go 3 and 2, one token each); B earns 0 and stops after
+    turn 0 (its turn-1 row a placeholder); C's single turn has 2 tokens and earns 1. Tokens: 3, 2, 0, 1, 1: mean 7/5,
+    population variance (64 + 9 + 49 + 4 + 4) / 125 = 26/25."""
+    from seeupo.core.advantages import reinforce_pp
+
+    mask = [[True, False]] * 4 + [[True, True]] * 2
+    batch = make_batch(traj_id=[0, 0, 1, 1, 2, 2], turn=[0, 1, 0, 1, 0, 1], token_mask=mask,
+                       reward=[1.0, 2.0, 0.0, 0.0, 1.0, 0.0], valid=[True, True, True, False, True, False])
+    adv = reinforce_pp(batch, gamma=1.0, eps=0.0)
+    sd = math.sqrt(26 / 25)
+    close(adv[:, 0], t([8 / 5 / sd, 3 / 5 / sd, -7 / 5 / sd, 0.0, -2 / 5 / sd, 0.0]))
+    close(adv[4, 1], t(-2 / 5 / sd))  # every token of C's turn
+    assert adv[0, 1] == 0 and adv[3].abs().sum() == 0  # padding, placeholder
+    discounted = reinforce_pp(batch, gamma=0.5, eps=0.0)  # A's turn 0: 1 + 0.5 * 2 = 2
+    mean = (2 + 2 + 0 + 1 + 1) / 5
+    var = ((2 - mean) ** 2 * 2 + mean**2 + (1 - mean) ** 2 * 2) / 5
+    close(discounted[0, 0], t((2 - mean) / math.sqrt(var)))

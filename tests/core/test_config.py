@@ -8,7 +8,7 @@ import pytest
 
 from seeupo.core.config import PRESETS, AlgorithmConfig, preset
 
-EXPECTED_PRESETS = {"ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"}
+EXPECTED_PRESETS = {"ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "gspo", "rloo", "seeupo"}
 
 
 def test_preset_names():
@@ -29,7 +29,9 @@ def test_preset_contents_match_table_1():
     ppo, grpo, rpp, gspo, rloo, seeupo = (PRESETS[k] for k in ("ppo", "grpo", "reinforce_pp", "gspo", "rloo", "seeupo"))
     assert (ppo.advantage, ppo.update, ppo.ratio_level, ppo.schedule) == ("gae", "ppo", "token", "simultaneous")
     assert (grpo.advantage, grpo.grae_scale, grpo.update, grpo.ratio_level) == ("grae", "group_std", "ppo", "token")
-    assert (rpp.grae_scale, rpp.update, rpp.ratio_level) == ("batch_std", "ppo", "token")
+    assert (rpp.advantage, rpp.update, rpp.ratio_level) == ("reinforce_pp", "ppo", "token")  # its return-to-go
+    rpp_baseline = PRESETS["reinforce_pp_baseline"]  # Table 1's reading of REINFORCE++: GRAE + batch z-score
+    assert (rpp_baseline.advantage, rpp_baseline.grae_scale, rpp_baseline.update) == ("grae", "batch_std", "ppo")
     assert (gspo.ratio_level, gspo.ratio_scope, gspo.length_norm, gspo.update) == ("sequence", "trajectory", True, "ppo")
     assert (rloo.grae_center, rloo.update) == ("loo", "reinforce")
     # SeeUPO (docs/method.md §4): mean-centred GRAE + batch z-score (not the group std), per-turn length-normalised
@@ -37,8 +39,8 @@ def test_preset_contents_match_table_1():
     assert (seeupo.advantage, seeupo.grae_center, seeupo.grae_scale) == ("grae", "mean", "batch_std")
     assert (seeupo.update, seeupo.ratio_level, seeupo.ratio_scope, seeupo.length_norm) == ("ppo", "sequence", "turn", True)
     assert (seeupo.schedule, seeupo.order, seeupo.m_factor) == ("sequential", "reverse", "happo")
-    for cfg in PRESETS.values():
-        assert (cfg.clip_eps_low, cfg.clip_eps_high) == (0.2, 0.2)
+    for cfg in PRESETS.values():  # GSPO's own range (its paper, §5.1); every other preset the common 0.2
+        assert (cfg.clip_eps_low, cfg.clip_eps_high) == ((3e-4, 4e-4) if cfg.name == "gspo" else (0.2, 0.2))
         assert cfg.schedule == ("sequential" if cfg.name == "seeupo" else "simultaneous")
 
 
@@ -88,7 +90,8 @@ def test_identity_fields_are_fields_and_include_every_field_that_separates_prese
 
     names = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     assert set(IDENTITY_FIELDS) <= names
-    separating = {f for f in names - {"name", "preset"} if len({repr(getattr(p, f)) for p in PRESETS.values()}) > 1}
+    hyperparameters = {"name", "preset", "clip_eps_low", "clip_eps_high"}  # GSPO's published clip is its own
+    separating = {f for f in names - hyperparameters if len({repr(getattr(p, f)) for p in PRESETS.values()}) > 1}
     assert separating <= set(IDENTITY_FIELDS)
     # every preset differs from every other in an identity field, so no preset can carry another's name
     for a in PRESETS.values():

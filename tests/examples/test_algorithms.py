@@ -158,25 +158,30 @@ def mt_batch() -> SampleBatch:
     )
 
 
-def test_mt_grpo_adds_the_turn_reward_standardised_within_the_group(load):
+def test_mt_grpo_assigns_turn_outcome_and_combined_advantages_as_its_authors(load):
+    """The authors' ``_assign_advantages``: before the first tool result, outcome + turn; after it, outcome; an episode
+    with no tool result (trajectory 3 stopped at turn 0), the combined advantage on every token."""
     mt = load("mt_grpo")
     adv = compute_advantages(mt_batch(), preset("mt_grpo")).reshape(4, 3)
-    # outcome: returns 2.5, 1, 1, 0: mean 1.125, unbiased variance 3.1875 / 3
-    z_out = torch.tensor([1.375, -0.125, -0.125, -1.125], dtype=DT) / (math.sqrt(3.1875 / 3) + EPS)
-    # turn 0: rewards 1, 1, 0, 0: mean 1/2, unbiased std sqrt(1/3)
-    z0 = torch.tensor([0.5, 0.5, -0.5, -0.5], dtype=DT) / (math.sqrt(1 / 3) + EPS)
-    # turn 1: trajectories 0-2 still run, rewards 0.5, 0, 1: mean 1/2, unbiased std 1/2
-    z1 = torch.tensor([0.0, -0.5, 0.5], dtype=DT) / (0.5 + EPS)
-    torch.testing.assert_close(adv[:, 0], z_out + mt.LAMBDA * z0)
-    torch.testing.assert_close(adv[:3, 1], z_out[:3] + mt.LAMBDA * z1)
-    torch.testing.assert_close(adv[:3, 2], z_out[:3])  # the last turn: the outcome only
+    eps = mt.EPS
+    # turn rewards: r_0 of the episodes that continued (0, 1, 2), 0 for the one that stopped: 1, 1, 0, 0
+    z_turn = torch.tensor([0.5, 0.5, -0.5, -0.5], dtype=DT) / (math.sqrt(1 / 3) + eps)
+    # outcomes R - R^T: 1.5, 0, 1, 0: mean 0.625, unbiased variance 1.6875 / 3 = 0.5625
+    z_out = torch.tensor([0.875, -0.625, 0.375, -0.625], dtype=DT) / (0.75 + eps)
+    # combined R: 2.5, 1, 1, 0: mean 1.125, unbiased variance 3.1875 / 3
+    z_all = torch.tensor([1.375, -0.125, -0.125, -1.125], dtype=DT) / (math.sqrt(3.1875 / 3) + eps)
+    torch.testing.assert_close(adv[:3, 0], z_out[:3] + mt.LAMBDA * z_turn[:3])
+    torch.testing.assert_close(adv[:3, 1], z_out[:3])
+    torch.testing.assert_close(adv[:3, 2], z_out[:3])
+    torch.testing.assert_close(adv[3, 0], z_all[3])
     assert adv[3, 1] == 0 and adv[3, 2] == 0  # placeholders
 
 
-def test_mt_grpo_without_the_turn_term_is_grpo(load, monkeypatch):
+def test_mt_grpo_on_a_bandit_is_grpo_with_grpos_epsilon(load, monkeypatch):
+    """No turn rewards and no early ends: R^T = 0, R^O = R; only the epsilon differs (the authors' 1e-4)."""
     mt = load("mt_grpo")
-    monkeypatch.setattr(mt, "LAMBDA", 0.0)
-    batch = mt_batch()
+    monkeypatch.setattr(mt, "EPS", 1e-6)
+    batch = two_groups([1.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 0.0])
     torch.testing.assert_close(compute_advantages(batch, preset("mt_grpo")), compute_advantages(batch, preset("grpo")))
 
 
@@ -196,8 +201,8 @@ def test_sampled_run_on_a_token_bandit_completes_and_improves(load, stem):
     assert float(history.J[-1].mean()) > float(history.J[0].mean())  # Adam, lr 0.1: measured 0.573 -> 0.816 to 0.829
 
 
-def test_mt_grpo_is_grpo_without_turn_rewards_and_differs_with_them(load):
-    load("mt_grpo")
+def test_mt_grpo_is_grpo_without_turn_rewards_and_differs_with_them(load, monkeypatch):
+    monkeypatch.setattr(load("mt_grpo"), "EPS", 1e-6)  # GRPO's
     cfg = preset("mt_grpo")
     # SGD: Adam's first step from a fresh state is lr * sign(gradient), blind to most changes of scale
     sgd = RunConfig(mode="sampled", iterations=4, tasks=8, seed=0, optimizer="sgd", lr=1.0)
@@ -238,8 +243,8 @@ def test_dapo_closed_form_and_generic_exact_modes_agree(load):
     assert bool((runs[0].J[-1] > runs[0].J[0] + 1e-3).all())  # the update moved J: the comparison can fail
 
 
-def test_mt_grpo_exact_mode_is_grpo_without_turn_rewards(load):
-    load("mt_grpo")
+def test_mt_grpo_exact_mode_is_grpo_without_turn_rewards(load, monkeypatch):
+    monkeypatch.setattr(load("mt_grpo"), "EPS", 1e-6)  # GRPO's
     cfg = preset("mt_grpo")
     exact = RunConfig(mode="exact", iterations=2, init_scale=1.0, seed=3)
     assert torch.allclose(run(bandit(), cfg, exact).J, run(bandit(), preset("grpo"), exact).J, atol=1e-10, rtol=0)
@@ -296,10 +301,23 @@ def gigpo_batch() -> SampleBatch:
     return batch.with_updates(data={"hist": hist, "action": torch.zeros(8, dtype=torch.long)})
 
 
-def test_gigpo_adds_the_step_return_standardised_within_its_anchor_state(load):
+def test_gigpo_adds_the_step_return_centred_within_its_anchor_state(load):
+    """The authors' default, ``mode="mean_norm"``: both levels centred, neither divided by a std."""
     gi = load("gigpo")
     assert (gi.OMEGA, gi.GAMMA) == (1.0, 0.95)
-    adv = compute_advantages(gigpo_batch(), preset("gigpo"))
+    adv = compute_advantages(gigpo_batch(), preset("gigpo"))[:, 0].reshape(4, 2)
+    a_e = torch.tensor([0.875, -0.625, -0.125, -0.125], dtype=DT)  # returns 2, 0.5, 1, 1 less their mean 1.125
+    a_s0 = torch.tensor([0.85625, -0.61875, -0.14375, -0.09375], dtype=DT)  # to-go 1.95, 0.475, 0.95, 1 less 1.09375
+    torch.testing.assert_close(adv[:, 0], a_e + a_s0)
+    torch.testing.assert_close(adv[:2, 1], a_e[:2] + torch.tensor([0.25, -0.25], dtype=DT))  # to-go 1, 0.5 at history 3
+    torch.testing.assert_close(adv[2, 1], a_e[2])
+    assert adv[3, 1] == 0
+
+
+def test_gigpo_std_adds_the_step_return_standardised_within_its_anchor_state(load):
+    """``mode="mean_std_norm"`` (the ``gigpo_std`` preset): each level divided by its group's std plus EPS."""
+    load("gigpo")
+    adv = compute_advantages(gigpo_batch(), preset("gigpo_std"))
     assert torch.equal(adv[:, 0], adv[:, 1])  # every token of a row
     adv = adv[:, 0].reshape(4, 2)
     # episode: returns 2, 0.5, 1, 1: mean 1.125, unbiased variance 1.1875 / 3
@@ -315,11 +333,13 @@ def test_gigpo_adds_the_step_return_standardised_within_its_anchor_state(load):
     assert adv[3, 1] == 0  # placeholder
 
 
-def test_gigpo_with_omega_0_is_grpo(load, monkeypatch):
+def test_gigpo_with_omega_0_is_its_episode_advantage(load, monkeypatch):
     gi = load("gigpo")
     batch = gigpo_batch()
     monkeypatch.setattr(gi, "OMEGA", 0.0)
-    torch.testing.assert_close(compute_advantages(batch, preset("gigpo")), compute_advantages(batch, preset("grpo")))
+    torch.testing.assert_close(compute_advantages(batch, preset("gigpo_std")), compute_advantages(batch, preset("grpo")))
+    torch.testing.assert_close(compute_advantages(batch, preset("gigpo")),
+                               compute_advantages(batch, preset("grpo", grae_scale="none")))
 
 
 def test_gigpo_refuses_a_batch_without_states_and_is_not_for_language_models(load):
@@ -455,23 +475,26 @@ def test_every_committed_check_has_its_report():
         assert (CHECKS / name / "check.md").exists() and (CHECKS / name / "check.png").exists()
 
 
-def test_gigpo_downhill_turn_comes_from_its_discount(load, monkeypatch):
-    """The worst case of GiGPO's committed card (per-turn credit): turn 0 points downhill with GAMMA = 0.95 (the
-    authors' scripts'), and the same instance and start are unbiased per turn with GAMMA = 1: the discounted
-    step return-to-go, not the anchor-state grouping, turns turn 0's update where J barely depends on it."""
+def test_gigpo_std_downhill_turn_comes_from_its_discount(load, monkeypatch):
+    """The worst per-turn credit case of GiGPO's card when its std normalisation was always on (before issue 41;
+    ``tests/examples/data/gigpo_std_credit_case.json``): with ``mode="mean_std_norm"`` (``gigpo_std``) turn 0 points
+    downhill with GAMMA = 0.95 (the authors' scripts') and is unbiased per turn with GAMMA = 1: the discounted step
+    return-to-go, scaled by its group's std, turns turn 0's update where J barely depends on it. The authors' default
+    (``gigpo``, no std) is unbiased per turn on the same case."""
     from seeupo.experiments.gradient_check import load_case
     from seeupo.tabular.gradient import gradient_directions
     from seeupo.tabular.policies import TabularPolicy
 
     gigpo = load("gigpo")
-    case = load_case(CHECKS.parent / "scorecard" / "cards" / "gigpo" / "gradient" / "gigpo_agentic_credit.json")
+    case = load_case(Path(__file__).with_name("data") / "gigpo_std_credit_case.json")
 
-    def direction():
+    def direction(name: str):
         policy = TabularPolicy(case.problem)
         policy.set_action_probs(case.start)
-        return gradient_directions(case.problem, policy, case.algorithm)[0]
+        return gradient_directions(case.problem, policy, preset(name, group_size=case.algorithm.group_size))[0]
 
     assert gigpo.GAMMA == 0.95
-    assert direction().verdict == "points downhill" and direction().downhill_turn == 0
+    assert direction("gigpo_std").verdict == "points downhill" and direction("gigpo_std").downhill_turn == 0
+    assert direction("gigpo").verdict != "points downhill"
     monkeypatch.setattr(gigpo, "GAMMA", 1.0)
-    assert direction().verdict == "unbiased per turn up to a positive scale"
+    assert direction("gigpo_std").verdict == "unbiased per turn up to a positive scale"

@@ -164,21 +164,23 @@ def test_built_in_grpo_on_the_same_flat_surrogate():
     assert e.plain.J[-1] >= e.J_before  # plain ascent on the same surrogate does not lower J
 
 
-def test_committed_two_turn_mt_grpo_counterexample_is_std_scaling(load):
+def test_committed_two_turn_mt_grpo_counterexample_is_an_own_action_baseline(load):
+    """MT-GRPO as its authors assign its advantages: its turn term at turn 0 is a z-score of the turn's own reward
+    (0 when the episode stopped there), so the baseline of turn 0 depends on turn 0's own action."""
     load("mt_grpo")
     e = explain(Counterexample.load(MT_GRPO))
-    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.413080", "0.411829")
-    assert e.reproduces and e.cause == "std scaling" and e.update.slope < 0
+    assert (f"{e.J_before:.6f}", f"{e.J_after:.6f}") == ("0.121443", "0.118202")
+    assert e.reproduces and e.cause == "own-action baseline" and e.update.slope < 0
     first = [row for row in e.actions if row.turn == 0]
     weaker = min(first, key=lambda row: row.q)
-    assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.302"
-    assert e.update.slope < 0 and e.plain.J[-1] < e.J_before  # plain gradient ascent lowers J too
-    assert "+0.301648" in summary_line(e) and "win rate" in summary_line(e)
-    J_mean = float(e.what_changes.split("J goes to ")[1].split(".")[0] + "." + e.what_changes.split("J goes to ")[1].split(".")[1])
-    assert J_mean > e.J_before  # mean-centred advantages raise J from the same start
+    assert weaker.true_advantage < 0 and f"{weaker.expected_advantage:+.3f}" == "+0.185"
+    assert e.plain.J[-1] < e.J_before  # plain gradient ascent lowers J too
+    assert "+0.184741" in summary_line(e) and "own actions" in summary_line(e)
+    J_exact = float(e.what_changes.split("J goes to ")[1].rstrip("."))
+    assert J_exact > e.J_before  # the exact advantages raise J from the same start
 
 
-@pytest.mark.parametrize("stem, path, cause", [("mt_grpo", MT_GRPO, "std scaling")])
+@pytest.mark.parametrize("stem, path, cause", [("mt_grpo", MT_GRPO, "own-action baseline")])
 def test_replay_explain_on_the_command_line(capsys, stem, path, cause):
     plugins.forget_plugins()
     try:
@@ -216,9 +218,9 @@ def test_paper_repro_algorithms_readme_block_and_explanations_are_regenerated(mo
     readme = (CHECKS / "README.md").read_text()
     assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + block
     assert (CHECKS / "explanations.md").read_text().endswith(full)
-    assert "mt_grpo_mt_stochastic.json`: J 0.413080 -> 0.411829; cause: std scaling" in block
+    assert "mt_grpo_mt_stochastic.json`: J 0.121443 -> 0.118202; cause: a baseline that depends on the trajectory's own" in block
     # its ranked pairs are all reversed: a negative scale or an own-action baseline, which one instance cannot tell apart
-    assert "turn_mean_rtg_mt_stochastic.json`: J 0.375000 -> 0.370172; cause: the advantage's sign" in block
+    assert "turn_mean_rtg_mt_stochastic.json`: J 0.125000 -> 0.120101; cause: the advantage's sign" in block
     assert "turn_mean_rtg_agentic_stop.json`" in block and "cause: a baseline that depends on the trajectory's own actions" in block
 
 

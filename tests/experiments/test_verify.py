@@ -43,7 +43,7 @@ def test_table1_rows_cover_the_paper_rows():
 
 def test_full_grid_is_every_advantage_times_every_update():
     rows = full_grid_rows(10)
-    assert len(rows) == len({r.name for r in rows}) == 5 * 7
+    assert len(rows) == len({r.name for r in rows}) == 6 * 7  # GAE, 4 GRAE, REINFORCE++'s return-to-go
     assert {r.config.schedule for r in rows} == {"simultaneous", "sequential"}
 
 
@@ -56,11 +56,11 @@ def test_registered_estimators_and_losses_join_the_full_grid():
     register_policy_loss("grid_test_loss", surrogate=False)(reinforce)
     try:
         rows = full_grid_rows(10)
-        assert len(rows) == 6 * 8
+        assert len(rows) == 7 * 8
         plugin_rows = [r for r in rows if r.config.advantage == "grid_test_est"]
         assert len(plugin_rows) == 8 and {r.config.update for r in plugin_rows} == {"ppo", "reinforce", "grid_test_loss"}
         loss_rows = [r for r in rows if r.config.update == "grid_test_loss"]
-        assert len(loss_rows) == 6 and all(r.optimizer == "sgd" and r.config.epochs == 1 for r in loss_rows)
+        assert len(loss_rows) == 7 and all(r.optimizer == "sgd" and r.config.epochs == 1 for r in loss_rows)
         assert not any(r.config.advantage == "grid_test_oracle" for r in rows)
     finally:
         ADV_ESTIMATORS.remove("grid_test_est")

@@ -41,140 +41,30 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
-from seeupo.experiments.scorecard import rules
-from seeupo.experiments.scorecard.rules import Score
-from seeupo.tabular.families import AGENTIC_FAMILIES
-from seeupo.tabular.problems import DTYPE, TreeMDP, random_family, random_token_bandit, random_tree_mdp, sequential_bandit
+from seeupo.experiments.scorecard import rules, sampled
+from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported: what a capability is built from)
+    QUICK,
+    Capability,
+    Context,
+    Measured,
+    Sizes,
+    _constant_bandit,
+    _generator,
+    _needle_bandit,
+    _shifted,
+    constant_J,
+)
+from seeupo.tabular.problems import TreeMDP, random_family, random_token_bandit, random_tree_mdp
 
-
-@dataclass(frozen=True)
-class Sizes:
-    """How many problems each capability measures (the same sets for every algorithm).
-
-    instances: random problems per part of an experiment (each capability has several parts).
-    iterations: exact updates per monotonicity run.
-    exact_epochs: optimizer steps per update of a surrogate in exact mode (``seeupo verify``'s).
-    group_size: ``G`` of a group estimator, where a part does not set its own.
-    starts: random start policies beside the uniform one (credit, invariance).
-    ascent_steps, ascent_lr: plain exact ascent (convergence).
-    bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
-    seed: seeds every problem and start policy.
-    """
-
-    instances: int = 6
-    iterations: int = 8
-    exact_epochs: int = 40
-    group_size: int = 4
-    starts: int = 2
-    ascent_steps: int = 300
-    ascent_lr: float = 10.0
-    bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    bridge_steps: int = 5
-    seed: int = 0
-
-
-QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, ascent_steps=150, bridge_seeds=(0, 1, 2), bridge_steps=3)
-
-
-@dataclass
-class Measured:
-    """One capability's result for one algorithm.
-
-    score: the rule's :class:`~seeupo.experiments.scorecard.rules.Score`; covered: the problems in
-    words; worst: the worst case in words (``None`` where every case passed); evidence: files
-    (relative to the card's folder) that show it; seconds.
-    """
-
-    score: Score
-    covered: str
-    worst: str | None = None
-    evidence: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"score": self.score.to_dict(), "covered": self.covered, "worst": self.worst,
-                "evidence": self.evidence, "seconds": self.seconds}
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a capability is measured with: the algorithm (its row of ``seeupo verify``: the
-    configuration and the exact mode's optimizer and step), the sizes, where evidence goes, and the
-    plugins that registered it (recorded in evidence files)."""
-
-    name: str
-    config: AlgorithmConfig
-    optimizer: str
-    lr: float
-    iterations_factor: int
-    sizes: Sizes
-    out: Path | None
-    plugins: tuple[str, ...] = ()
-    say: Callable[[str], None] = lambda message: None
-
-
-@dataclass(frozen=True)
-class Capability:
-    """A capability experiment: its name, title (and ``short``, a table's column), tags, the question in words,
-    the rule, whether it is exact, and the measurement."""
-
-    name: str
-    title: str
-    short: str
-    tags: tuple[str, ...]
-    question: str
-    rule: str
-    exact: bool
-    measure: Callable[[Context], Measured]
-
-
-# ------------------------------------------------------------------------------------------ problems
-
-
-def _generator(sizes: Sizes, capability: str, part: int) -> torch.Generator:
-    return torch.Generator().manual_seed(sizes.seed * 100_003 + NAMES.index(capability) * 1009 + part)
-
-
-def _constant_bandit(num_instances: int, turns: int, value: float) -> TreeMDP:
-    """Token bandits (2 tokens of 2) whose every answer earns ``value``: every group has zero variance."""
-    rewards = torch.full((num_instances, 1, *(4,) * turns), value, dtype=DTYPE)
-    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards, tokens=((2, 2),) * turns)
-
-
-def _needle_bandit(num_instances: int, turns: int, generator: torch.Generator) -> TreeMDP:
-    """Token bandits where one answer sequence (drawn) earns 1 and every other 0: at the uniform policy
-    a group of 4 has zero variance with probability ``(1 - 4**-turns)**4`` (0.32 for one turn, 0.77 for two)."""
-    rewards = torch.zeros(num_instances, 4 ** turns, dtype=DTYPE)
-    rewards[torch.arange(num_instances), torch.randint(4 ** turns, (num_instances,), generator=generator)] = 1.0
-    shape = (num_instances, 1, *(4,) * turns)
-    return sequential_bandit(torch.ones(num_instances, 1, dtype=DTYPE), (4,) * turns, rewards.reshape(shape),
-                             tokens=((2, 2),) * turns)
-
-
-def _shifted(problem: TreeMDP, scale: float, shift: float) -> TreeMDP:
-    """``problem`` with every return ``scale * R + shift`` (a sequential bandit: one reward, at the end)."""
-    rewards = [r.clone() for r in problem.rewards]
-    rewards[-1] = scale * rewards[-1] + shift
-    return dataclasses.replace(problem, rewards=rewards)
-
-
-def constant_J(problem: TreeMDP) -> torch.Tensor:
-    """``[I]`` bool: the instances whose ``J`` is the same under every policy (``J*`` equals the least ``J``).
-    No update can raise or lower their ``J``, so they are no evidence of either and the capabilities
-    leave them out (a random problem with rewards on 2 levels is such with probability 1/8)."""
-    from seeupo.tabular.exact import optimal
-
-    lowest = -optimal(dataclasses.replace(problem, rewards=[-r for r in problem.rewards])).J
-    return (optimal(problem).J - lowest).abs() <= 1e-12
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -246,6 +136,8 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
 
     start = time.perf_counter()
     decreases: list[float] = []
+    moved: list[bool] = []
+    still: list[str] = []
     worst: tuple[float, Counterexample] | None = None
     left_out = 0
     for part in parts:
@@ -263,6 +155,10 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
                 continue
             d = float(drops[i]) if bool(finite[i]) else math.nan
             decreases.append(d)
+            at_optimum = float(history.J_star[i] - history.J[0, i]) <= rules.DECREASE_TOL
+            moved.append(at_optimum or float(history.J[-1, i] - history.J[0, i]) > rules.DECREASE_TOL)
+            if not moved[-1] and d <= rules.DECREASE_TOL:
+                still.append(f"{where}, instance {i}: J did not move in {iterations} updates")
             lowered += not d <= rules.DECREASE_TOL
             bad = math.inf if math.isnan(d) else d
             if bad > rules.DECREASE_TOL and (worst is None or bad > worst[0]):
@@ -278,7 +174,10 @@ def _monotone_runs(ctx: Context, parts: list[Part], capability: str) -> Measured
     field_runs = sum(1 for p in parts if p.state is not None)
     covered += f"; the field's {field_runs} committed counterexamples of this setting" if field_runs else ""
     covered += f"; {left_out} instances whose J no policy changes left out" if left_out else ""
-    measured = Measured(rules.share_without_decrease(decreases), covered)
+    measured = Measured(rules.share_improving(decreases, moved), covered)
+    if worst is None and still:
+        measured.worst = still[0] + (
+            f" (and {len(still) - 1} more runs)" if len(still) > 1 else "")
     if worst is not None:
         bad, example = worst
         measured.worst = (f"{example.description.split(': ', 1)[1]}: " + (
@@ -349,44 +248,6 @@ def shared_parameters(ctx: Context) -> Measured:
     return _monotone_runs(ctx, monotone_parts(ctx.sizes, "shared_parameters"), "shared_parameters")
 
 
-def _convergence_parts(s: Sizes) -> list[tuple[str, TreeMDP]]:
-    parts = [("2-turn token bandits", random_token_bandit(s.instances, 2, 2, 2, reward_levels=3,
-                                                           generator=_generator(s, "multi_turn_convergence", 0)))]
-    for k, family in enumerate(AGENTIC_FAMILIES, start=1):
-        parts.append((f"{family} family, 2 turns", random_family(family, s.instances, 2, reward_levels=3,
-                                                                  generator=_generator(s, "multi_turn_convergence", k))))
-    return parts
-
-
-def multi_turn_convergence(ctx: Context) -> Measured:
-    from seeupo.tabular.gradient import plain_ascent
-
-    s, start = ctx.sizes, time.perf_counter()
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    parts = _convergence_parts(s)
-    fixed_points: list[str] = []
-    worst: tuple[float, str] | None = None
-    left_out = 0
-    for words, problem in parts:
-        ascent = plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=s.ascent_steps)
-        flat = constant_J(problem)
-        left_out += int(flat.sum())
-        fixed_points += [v for v, f in zip(ascent.verdict, flat) if not f]
-        for i, verdict in enumerate(ascent.verdict):
-            if bool(flat[i]):
-                continue
-            gap = float(ascent.J_star[i] - ascent.J[-1, i])
-            if verdict != "reaches J*" and (worst is None or gap > worst[0]):
-                worst = (gap, f"{words}, instance {i}: {verdict} (J {float(ascent.J[0, i]):.4f} -> "
-                              f"{float(ascent.J[-1, i]):.4f}, J* {float(ascent.J_star[i]):.4f})")
-        ctx.say(f"  multi_turn_convergence: {words}: {ascent.verdict.count('reaches J*')} of {problem.num_instances} reach J*")
-    covered = ("; ".join(f"{w} ({p.num_instances})" for w, p in parts)
-               + f"; plain exact ascent from uniform, {s.ascent_steps} steps of {s.ascent_lr:g}, G = {s.group_size}"
-               + (f"; {left_out} problems whose J no policy changes left out" if left_out else ""))
-    return Measured(rules.share_reaching(fixed_points), covered, worst[1] if worst else None,
-                    seconds=time.perf_counter() - start)
-
-
 def agentic_credit(ctx: Context) -> Measured:
     from seeupo.tabular.gradient import gradient_directions
 
@@ -401,7 +262,7 @@ def agentic_credit(ctx: Context) -> Measured:
         for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "agentic_credit", 50 + k))):
             for i in range(problem.num_instances):  # one at a time: a history reader's exact batch grows with them
                 one, start_i = problem.instance(i), [p[i: i + 1] for p in probs]
-                (d,) = gradient_directions(one, policy_at(one, start_i), algorithm)
+                (d,) = gradient_directions(one, policy_at(one, start_i), algorithm, level="update")
                 cases.append((d.turn_cosines, d.turn_scales))
                 credit = rules.worst_turn_cosine(d.turn_cosines, d.turn_scales)
                 if credit is not None and (worst is None or credit < worst[0]):
@@ -429,9 +290,11 @@ def agentic_credit(ctx: Context) -> Measured:
 
 
 def _flat_direction(problem: TreeMDP, probs: list[torch.Tensor], algorithm: AlgorithmConfig) -> torch.Tensor:
-    from seeupo.tabular.gradient import expected_direction
+    """The expected first step of the algorithm's whole update (its loss, aggregation, ``M`` factor and schedule on
+    the exact batch, :func:`seeupo.tabular.gradient.update_direction`), every turn's parameters in one row per instance."""
+    from seeupo.tabular.gradient import update_direction
 
-    expected, _ = expected_direction(problem, policy_at(problem, probs), algorithm)
+    expected, _ = update_direction(problem, policy_at(problem, probs), algorithm)
     return torch.cat(expected, dim=1)
 
 
@@ -519,6 +382,47 @@ def zero_variance_groups(ctx: Context) -> Measured:
     return Measured(rules.share(flags), covered, worst, seconds=time.perf_counter() - start)
 
 
+#: The reward spreads of the prompts of a difficulty problem: the same rewards scaled per prompt, so that a per-prompt
+#: normaliser (a group std) weighs the prompts unlike J does.
+PROMPT_SCALES = (0.1, 0.5, 1.0)
+
+
+def _prompts_problem(s: Sizes) -> TreeMDP:
+    """1-turn token bandits with one prompt per scale of :data:`PROMPT_SCALES`, drawn uniformly: rewards on 3 levels
+    times the prompt's scale (a prompt whose rewards barely differ is one whose groups look alike)."""
+    from seeupo.tabular.problems import random_sequential_bandit
+
+    base = random_sequential_bandit(s.instances, (4,), num_initial_states=len(PROMPT_SCALES), reward_levels=3,
+                                    tokens=(2, 2), generator=_generator(s, "difficulty_weighting", 0))
+    scale = torch.tensor(PROMPT_SCALES, dtype=base.rewards[-1].dtype)[None, :, None, None]
+    uniform = torch.full_like(base.initial_state_probs, 1.0 / len(PROMPT_SCALES))
+    return dataclasses.replace(base, rewards=[base.rewards[-1] * scale], initial_state_probs=uniform)
+
+
+def difficulty_weighting(ctx: Context) -> Measured:
+    from seeupo.tabular.gradient import REL_TOL, policy_gradient
+
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    problem = _prompts_problem(s)
+    cosines: list[float] = []
+    worst: tuple[float, str] | None = None
+    for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "difficulty_weighting", 1))):
+        update = _flat_direction(problem, probs, algorithm)
+        true = torch.cat(policy_gradient(problem, policy_at(problem, probs)), dim=1)
+        for i, c in enumerate(_cosines(update, true)):
+            credit = 0.0 if math.isnan(c) else 1.0 if c >= 1 - REL_TOL else max(0.0, c)  # parallel within float noise
+            cosines.append(credit)
+            if credit < 1 - rules.INVARIANCE_TOL and (worst is None or credit < worst[0]):
+                worst = (credit, f"instance {i}, {'uniform' if j == 0 else f'random start {j}'}: the update's cosine "
+                                 f"with grad J is " + ("nan (one of them zero or not finite)" if math.isnan(c) else f"{c:.4f}"))
+    covered = (f"1-turn token bandits ({s.instances}) of {len(PROMPT_SCALES)} prompts drawn uniformly, rewards on 3 levels "
+               f"scaled per prompt by {', '.join(f'{x:g}' for x in PROMPT_SCALES)}; {1 + s.starts} start policies, "
+               f"G = {s.group_size}")
+    return Measured(rules.mean_of(cosines, what="cases"), covered, worst[1] if worst else None,
+                    seconds=time.perf_counter() - start)
+
+
 def lm_bridge(ctx: Context) -> Measured:
     from seeupo.experiments.check.planning import DEFAULT
     from seeupo.experiments.check.run import run_bridge
@@ -541,155 +445,69 @@ def lm_bridge(ctx: Context) -> Measured:
     return Measured(score, covered, result.summary, evidence=["bridge"], seconds=time.perf_counter() - start)
 
 
-# ------------------------------------------------------------------------------------------ timing
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A small piece of a capability that :func:`estimate_seconds` times: running ``run`` once stands for ``times``
-    of it in the capability (one update of a part's runs, some steps of an ascent, one expected direction)."""
-
-    run: Callable[[], object]
-    times: float
-
-
-#: Steps of plain ascent a convergence unit takes (its time per step is the unit's over these, so the ascent's
-#: fixed costs, J* and the first call, are counted once per this many steps: an overestimate of a few per cent).
-ASCENT_UNIT_STEPS = 8
-
-
-def _monotone_units(ctx: Context, capability: str) -> list[Unit]:
-    """One update of each distinct problem of the capability (a uniform and a random start share one), standing for
-    every update of its runs; its ``J*`` and ``constant_J`` counted with each update (a small overestimate)."""
-    from seeupo.tabular.train import AlgorithmStep, track
-
-    groups: dict[tuple[int, str, int | None], tuple[Part, int]] = {}
-    for part in monotone_parts(ctx.sizes, capability):
-        key = (id(part.problem), part.parameterization, part.group_size)
-        iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
-        first, total = groups.get(key, (part, 0))
-        groups[key] = (first, total + iterations)
-
-    def one_update(part: Part) -> Callable[[], object]:
-        def run() -> object:
-            algorithm, run_cfg, _, policy = _part_run(ctx, part)
-            constant_J(part.problem)
-            return track(part.problem, AlgorithmStep(algorithm, run_cfg), policy, 1)
-        return run
-
-    return [Unit(one_update(part), total) for part, total in groups.values()]
-
-
-def _convergence_units(ctx: Context) -> list[Unit]:
-    from seeupo.tabular.gradient import plain_ascent
-
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    steps = min(ASCENT_UNIT_STEPS, s.ascent_steps)
-    return [Unit(lambda problem=problem: plain_ascent(problem, algorithm, lr=s.ascent_lr, steps=steps),
-                 s.ascent_steps / max(steps, 1)) for _, problem in _convergence_parts(s)]
-
-
-def _credit_units(ctx: Context) -> list[Unit]:
-    """One expected direction (one instance, uniform start) per family and number of turns, standing for every
-    instance and start of it."""
-    from seeupo.tabular.gradient import gradient_directions
-
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for k, (family, turns) in enumerate([(f, t) for f in ("stop", "intermediate", "tool") for t in (2, 3)]):
-        one = random_family(family, s.instances, turns, reward_levels=3,
-                            generator=_generator(s, "agentic_credit", k)).instance(0)
-        uniform = random_starts(one, 0, torch.Generator())[0]
-        units.append(Unit(lambda one=one, uniform=uniform: gradient_directions(one, policy_at(one, uniform), algorithm),
-                          s.instances * (1 + s.starts)))
-    return units
-
-
-def _invariance_units(ctx: Context) -> list[Unit]:
-    """One expected direction of each problem, standing for its starts and transforms (zero-variance groups: for its
-    constant and needle problems)."""
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for turns in (1, 2):
-        problem = random_token_bandit(s.instances, turns, 2, 2, reward_levels=3,
-                                      generator=_generator(s, "reward_invariance", turns - 1))
-        uniform = random_starts(problem, 0, torch.Generator())[0]
-        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
-                          (1 + s.starts) * (1 + len(TRANSFORMS))))
-    return units
-
-
-def _zero_variance_units(ctx: Context) -> list[Unit]:
-    s = ctx.sizes
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    units = []
-    for turns in (1, 2):
-        problem = _needle_bandit(s.instances, turns, _generator(s, "zero_variance_groups", turns))
-        uniform = random_starts(problem, 0, torch.Generator())[0]
-        units.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
-                          3 * (1 + s.starts)))
-    return units
-
-
-def units(ctx: Context, capability: str) -> list[Unit]:
-    """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
-    if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
-        return _monotone_units(ctx, capability)
-    return {"multi_turn_convergence": _convergence_units, "agentic_credit": _credit_units,
-            "reward_invariance": _invariance_units, "zero_variance_groups": _zero_variance_units,
-            "lm_bridge": lambda ctx: []}[capability](ctx)
-
-
-def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:
-    """``capability``'s seconds on this machine: each of its :func:`units` timed once and counted as often as the
-    capability runs it. What the units take is part of the wall time a plan states (they are not reused)."""
-    total = 0.0
-    for unit in units(ctx, capability):
-        t = clock()
-        unit.run()
-        total += (clock() - t) * unit.times
-    return total
-
-
-MONOTONE_RULE = "share of runs whose exact J never fell by more than 1e-7 in one update"
+MONOTONE_RULE = ("share of runs whose exact J never fell by more than 1e-7 in one update and rose where it could "
+                 "(an update that never moves J fails)")
 
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
                ("monotonicity", "single-turn"), "Does an exact update ever lower J on one turn?",
-               MONOTONE_RULE, True, single_turn_monotone),
+               MONOTONE_RULE, True, single_turn_monotone, True,
+               "anti_pg (minus the exact policy gradient): 0; frozen_pg (never moves): 0"),
     Capability("multi_turn_monotone", "Multi-turn monotone improvement", "multi-turn monotone",
                ("monotonicity", "multi-turn", "agentic"),
                "Does an exact update ever lower J over several turns, where the agent stops when it chooses?",
-               MONOTONE_RULE, True, multi_turn_monotone),
+               MONOTONE_RULE, True, multi_turn_monotone, True, "anti_pg: 0"),
     Capability("stochastic_outcomes", "Stochastic outcomes", "stochastic outcomes", ("monotonicity", "stochastic"),
                "Does an exact update lower J when observations and episode ends are random?",
-               MONOTONE_RULE, True, stochastic_outcomes),
+               MONOTONE_RULE, True, stochastic_outcomes, True, "anti_pg: 0"),
     Capability("shared_parameters", "Parameters shared across turns", "shared parameters",
                ("monotonicity", "shared", "multi-turn"),
                "Does an exact update lower J when every turn reads one parameter table (as a language model's)?",
-               MONOTONE_RULE, True, shared_parameters),
+               MONOTONE_RULE, True, shared_parameters, True, "anti_pg: 0"),
     Capability("multi_turn_convergence", "Multi-turn convergence to J*", "reaches J*",
-               ("convergence", "multi-turn", "agentic"), "Where does the expected update lead: to J*, or short of it?",
-               "share of problems where plain exact ascent with the expected update ends within 1% of J*", True,
-               multi_turn_convergence),
+               ("convergence", "multi-turn", "agentic"),
+               "Where do the algorithm's own exact updates (its schedule, optimizer and epochs) lead: to J*, or short?",
+               "mean over problems of the share of the gap to J* closed after its updates (1 when within 1% of J*)",
+               True, sampled.multi_turn_convergence, True, "anti_pg: 0"),
+    Capability("convergence_speed", "Updates to J*", "speed to J*", ("convergence", "multi-turn", "graded"),
+               "How many of its own exact updates does the algorithm take to come within 1% of J*?",
+               "mean over problems of 1 - k / K, k the first update within 1% of J* (0 when it never is), K the updates",
+               True, sampled.convergence_speed, True, "anti_pg: 0"),
     Capability("agentic_credit", "Per-turn credit on agentic problems", "per-turn credit",
                ("gradient", "agentic", "credit"),
-               "Does every turn's expected update point up the policy gradient of that turn (stopping, intermediate "
-               "rewards, tool results)?",
-               "mean over cases of the smallest per-turn cosine between the expected update and grad J, floored at 0",
-               True, agentic_credit),
+               "Does every turn's expected first step (the whole update: loss, aggregation, M factor, schedule) point "
+               "up the policy gradient of that turn (stopping, intermediate rewards, tool results)?",
+               "mean over cases of the smallest per-turn cosine between the update's expected first step and grad J, "
+               "floored at 0", True, agentic_credit, False,
+               "anti_pg: 0; turn0_frozen_pg (its loss never updates turn 0; estimator credit 1): 0"),
     Capability("reward_invariance", "Invariance to reward shift and scale", "reward shift/scale",
-               ("robustness", "rewards"), "Does the update's direction stay put when every return becomes a R + b (a > 0)?",
-               "share of (problem, start, transform) whose expected update keeps its direction (cosine >= 1 - 1e-6)",
-               True, reward_invariance),
+               ("robustness", "rewards"),
+               "Does the whole update's expected first step keep its direction when every return becomes a R + b (a > 0)?",
+               "share of (problem, start, transform) whose expected first step keeps its direction (cosine >= 1 - 1e-6)",
+               True, reward_invariance, False,
+               "range_flip_pg (correct only on rewards spanning [0, 1]): 0"),
     Capability("zero_variance_groups", "Groups with zero variance", "zero-variance groups",
                ("robustness", "groups", "sparse reward"),
                "Is the update finite and zero when no group has signal, and uphill when most groups have none?",
-               "share of cases: constant rewards give a finite zero update; one rewarded answer gives a finite uphill one",
-               True, zero_variance_groups),
+               "share of cases: constant rewards give a finite zero first step; one rewarded answer a finite uphill one",
+               True, zero_variance_groups, False,
+               "anti_bonus_pg (moves where no reward differs): 0"),
+    Capability("sampled_update_safety", "One sampled update keeps J", "sampled-update safety",
+               ("finite sample", "monotonicity", "graded"),
+               "A run updates on one drawn group, not on the expectation: how likely is one sampled update to lower J?",
+               "mean over cases of 1 - P(one sampled update lowers J by more than 1e-7), every group draw enumerated",
+               True, sampled.sampled_update_safety, True, "anti_pg: < 0.01"),
+    Capability("sampled_update_signal", "Signal in a sampled update", "sampled-update signal",
+               ("finite sample", "variance", "graded"),
+               "How much of one sampled update's first step is its expectation, and how much noise?",
+               "mean over cases of |E g|^2 / E|g|^2 of the first step g over every group draw (1: no noise)",
+               True, sampled.sampled_update_signal, False,
+               "shifted_pg (the exact advantage plus 100: unbiased, almost all noise): < 0.05"),
+    Capability("difficulty_weighting", "Prompts weighted as J weighs them", "prompt weighting",
+               ("gradient", "prompts", "graded"),
+               "With prompts whose rewards spread differently, does the update weigh each prompt as grad J does?",
+               "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0",
+               True, difficulty_weighting, False, "anti_pg: 0"),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",

@@ -38,6 +38,7 @@ class Card:
     partial: bool = False
     seconds: float = 0.0
     stopped_by: str | None = None  # the signal that stopped a partial card (SIGINT, SIGTERM); not written
+    sweep: dict[str, dict[str, float | None]] = field(default_factory=dict)  # capability -> {lr factor: score}
 
     def score(self, capability: str) -> float | None:
         m = self.measured.get(capability)
@@ -55,7 +56,7 @@ class Card:
             caps[cap.name] = entry
         return {"format": FORMAT, "algorithm": self.algorithm, "config": self.config, "plugins": self.plugins,
                 "sizes": dataclasses.asdict(self.sizes), "capabilities": caps, "partial": self.partial,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "sweep": self.sweep}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Card":
@@ -70,7 +71,7 @@ class Card:
             score = Score(s["value"], s["cases"], s["passed"], tuple(s["interval"]) if s["interval"] else None, s["reason"])
             measured[name] = Measured(score, entry["covered"], entry["worst"], list(entry["evidence"]), entry["seconds"])
         return cls(data["algorithm"], data["config"], list(data["plugins"]), sizes, measured, skipped,
-                   bool(data["partial"]), float(data["seconds"]))
+                   bool(data["partial"]), float(data["seconds"]), sweep=dict(data.get("sweep", {})))
 
 
 def context(name: str, sizes: Sizes, out: Path | None, plugins: tuple[str, ...] = (),
@@ -126,11 +127,41 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
                 break
             m = card.measured[cap.name]
             say(f"[{k}/{len(chosen)}] {cap.name}: {format_score(m.score)} ({m.seconds:.1f} s)")
+        if not card.partial:
+            protocol_sweep(card, ctx, watch, say)
     for cap in CAPABILITIES:
         if only is not None and cap.name not in only and cap.name not in card.skipped:
             card.skipped[cap.name] = "not asked for"
     card.seconds = time.perf_counter() - start
     return card
+
+
+def protocol_sweep(card: Card, ctx: Context, watch: Any, say: Callable[[str], None]) -> None:
+    """The capabilities of ``card`` that run the exact mode's optimizer (``Capability.protocol``) measured again at each
+    step size ``lr x f`` for ``f`` in ``Sizes.sweep_lr`` (no evidence written: the card's own runs have it), into
+    ``card.sweep[capability][f]``; the card's own score is the one at ``f = 1``. Ctrl-C keeps the finished points and
+    marks the card partial."""
+    swept = [c for c in CAPABILITIES if c.protocol and c.name in card.measured and card.score(c.name) is not None]
+    for factor in card.sizes.sweep_lr:
+        moved = dataclasses.replace(ctx, lr=ctx.lr * factor, out=None)
+        say(f"protocol sweep: lr x {factor:g} ({moved.lr:g}) on {len(swept)} capabilities")
+        for cap in swept:
+            try:
+                card.sweep.setdefault(cap.name, {})[f"{factor:g}"] = _measure(cap, moved).score.value
+                watch.raise_if_signalled()
+            except KeyboardInterrupt as stop:
+                card.partial, card.stopped_by = True, watch.name(stop)
+                say(f"interrupted ({card.stopped_by}) in the protocol sweep: the card keeps the points that finished")
+                return
+
+
+def sweep_range(card: Card, capability: str) -> tuple[float, float] | None:
+    """The least and largest score of ``capability`` over the protocol sweep and the card's own (``None``: not swept)."""
+    points = [v for v in card.sweep.get(capability, {}).values() if v is not None]
+    own = card.score(capability)
+    if not points or own is None:
+        return None
+    return min(points + [own]), max(points + [own])
 
 
 @contextlib.contextmanager
@@ -165,7 +196,7 @@ class Calibration:
     """This machine's speed on one algorithm's card (:func:`calibrate`).
 
     capabilities: each exact capability's estimated seconds (its units timed, :func:`~seeupo.experiments.scorecard.
-    capabilities.estimate_seconds`); seconds: what the timing itself took (part of the wall time).
+    timing.estimate_seconds`); seconds: what the timing itself took (part of the wall time).
     """
 
     capabilities: dict[str, float]
@@ -177,7 +208,7 @@ def calibrate(name: str, sizes: Sizes, *, plugins: tuple[str, ...] = (), only: S
     """Time a unit of each exact capability of ``name``'s card on this machine (one update of each problem, a few
     ascent steps, one direction of each problem) after one untimed unit (first calls: imports, caches), on one
     thread as the card runs (:func:`one_thread`)."""
-    from seeupo.experiments.scorecard.capabilities import estimate_seconds, units
+    from seeupo.experiments.scorecard.timing import estimate_seconds, units
 
     start = clock()
     ctx = context(name, sizes, None, plugins)
@@ -195,13 +226,16 @@ def calibrate(name: str, sizes: Sizes, *, plugins: tuple[str, ...] = (), only: S
 def estimate(sizes: Sizes, cal: Calibration, *, bridge: bool) -> float:
     """The card's seconds from ``cal``: the timing, the capabilities, the bridge (a fixed figure) and the writing."""
     lm = BRIDGE_SECONDS_PER_SEED * len(sizes.bridge_seeds) * sizes.bridge_steps / Sizes().bridge_steps if bridge else 0.0
-    return cal.seconds + sum(cal.capabilities.values()) + lm + WRITE_SECONDS
+    protocol = {c.name for c in CAPABILITIES if c.protocol}
+    swept = len(sizes.sweep_lr) * sum(v for k, v in cal.capabilities.items() if k in protocol)
+    return cal.seconds + sum(cal.capabilities.values()) + swept + lm + WRITE_SECONDS
 
 
 def plan_line(name: str, sizes: Sizes, cal: Calibration, *, bridge: bool) -> str:
     """The plan said before a card starts: the capabilities, the sizes and the estimate from ``cal``."""
     return (f"scorecard {name}: {len(CAPABILITIES) - (0 if bridge else 1)} capabilities on fixed seeded problems "
             f"({sizes.instances} per part, {sizes.iterations} exact updates per run)"
+            + (f", the protocol sweep (lr x {', '.join(f'{f:g}' for f in sizes.sweep_lr)})" if sizes.sweep_lr else "")
             + (f" and the bridge ({len(sizes.bridge_seeds)} seeds x {sizes.bridge_steps} steps)" if bridge else "")
             + f"; estimate {estimate(sizes, cal, bridge=bridge):.0f} s in all (calibrated on this machine in "
               f"{cal.seconds:.0f} s)")
@@ -257,12 +291,39 @@ def markdown(card: Card) -> str:
             lines.append(f"| {cap.title} | {format_score(m.score)} | {cap.rule} | {m.worst or '—'} | {evidence} |")
         else:
             lines.append(f"| {cap.title} | not measured: {card.skipped.get(cap.name, 'stopped first')} | {cap.rule} | — | — |")
+    if card.sweep:
+        factors = list(card.sizes.sweep_lr)
+        lines += ["", "Protocol sweep (the exact mode's step size times each factor; the card's own score is x 1; "
+                      "a score that moves across it rests on the step size as much as on the algorithm):", "",
+                  "| Capability | " + " | ".join(f"lr x {f:g}" for f in sorted([*factors, 1.0])) + " |",
+                  "|---|" + "---|" * (len(factors) + 1)]
+        for name, points in card.sweep.items():
+            row = {**{float(k): v for k, v in points.items()}, 1.0: card.score(name)}
+            lines.append(f"| {name} | " + " | ".join("—" if row.get(f) is None else shown(row[f])
+                                                     for f in sorted([*factors, 1.0])) + " |")
+    definition = departures_lines(card.algorithm)
+    if definition:
+        lines += ["", *definition]
     lines += ["", "What each capability covered:", ""]
     lines += [f"- **{cap.title}** (`{cap.name}`; {', '.join(cap.tags)}): {card.measured[cap.name].covered}"
               for cap in CAPABILITIES if cap.name in card.measured]
     sizes = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(card.sizes).items())
     lines += ["", f"Sizes: {sizes}. Measured in {card.seconds:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def departures_lines(name: str) -> list[str]:
+    """Where the card's algorithm departs from its source (:mod:`seeupo.experiments.scorecard.provenance`), and the
+    protocol every exact capability runs."""
+    from seeupo.experiments.scorecard.provenance import PROTOCOL, definition, departures
+
+    if not definition(name):
+        return []
+    lines = [f"Definition: every setting against its source in docs/algorithms.md#{name}. Protocol: "
+             f"{PROTOCOL}."]
+    lines += [f"- Departs in {s.aspect}: the source has {s.published}; the toolkit {s.toolkit}; because {s.departs}."
+              for s in departures(name)]
+    return lines
 
 
 def write(card: Card, out: Path, others: Sequence[Card] = ()) -> None:

@@ -62,13 +62,20 @@ def share_without_decrease(largest_decreases: Sequence[float], tol: float = DECR
     return share([math.isfinite(d) and d <= tol for d in largest_decreases], what="runs")
 
 
-def share_reaching(fixed_points: Sequence[str]) -> Score:
-    """Convergence: the share of problems where plain exact ascent with the expected update reaches ``J*``.
+def share_improving(largest_decreases: Sequence[float], moved: Sequence[bool], tol: float = DECREASE_TOL) -> Score:
+    """Monotone improvement: the share of runs whose ``J`` never fell by more than ``tol`` in one update and that
+    improved where they could (``moved``: ``J`` rose by more than ``tol`` over the run, or the run started at ``J*``).
+    An update that never moves ``J`` does not improve it: it fails, where :func:`share_without_decrease` passes it."""
+    return share([math.isfinite(d) and d <= tol and m for d, m in zip(largest_decreases, moved)], what="runs")
 
-    ``fixed_points``: per problem, :data:`seeupo.tabular.gradient.FIXED_POINTS` (``"reaches J*"``,
-    ``"stops below J*"``, ``"still improving"``); only the first passes.
-    """
-    return share([f == "reaches J*" for f in fixed_points], what="problems")
+
+def mean_of(values: Sequence[float], *, what: str = "cases") -> Score:
+    """A graded capability: the mean of per-case values in [0, 1] (exact cases: no interval). No cases: no score."""
+    if not values:
+        return no_evidence(f"no {what} measured")
+    if any(not (-1e-9 <= v <= 1.0 + 1e-9) for v in values):  # rounding of a probability's complement: ~1e-16
+        raise ValueError(f"a graded case lies outside [0, 1]: {min(values)} .. {max(values)}")
+    return Score(min(1.0, max(0.0, sum(values) / len(values))), len(values))
 
 
 def worst_turn_cosine(turn_cosines: Sequence[float], turn_scales: Sequence[float]) -> float | None:

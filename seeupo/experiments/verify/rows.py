@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from seeupo.core.config import PRESETS, AlgorithmConfig, preset
+from seeupo.core.config import PRESETS, TABLE1_CLIP, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 
 
@@ -32,9 +33,9 @@ def table1_rows(exact_epochs: int) -> list[Row]:
     return [
         Row("ppo", "PPO", "GAE", "PPU", "token", preset("ppo", **ppu), "converges", "converges"),
         Row("grpo", "GRPO", "GRAE", "PPU", "token", preset("grpo", **ppu), "no guarantee", "no guarantee"),
-        Row("reinforce_pp", "REINFORCE++", "GRAE", "PPU", "token", preset("reinforce_pp", **ppu), "no guarantee", "no guarantee"),
+        Row("reinforce_pp", "REINFORCE++", "GRAE", "PPU", "token", preset("reinforce_pp_baseline", **ppu), "no guarantee", "no guarantee"),
         Row("rloo", "RLOO", "GRAE", "REINFORCE", "sequence", preset("rloo"), "converges", "no guarantee", "sgd", 5.0, 10),
-        Row("gspo", "GSPO", "GRAE", "PPU", "sequence", preset("gspo", **ppu), "converges", "no guarantee"),
+        Row("gspo", "GSPO", "GRAE", "PPU", "sequence", preset("gspo", **TABLE1_CLIP, **ppu), "converges", "no guarantee"),
         Row("seeupo", "SeeUPO", "GRAE", "HAML (reverse)", "sequence", preset("seeupo", **ppu), None, "converges"),
         Row("seeupo_forward", "SeeUPO, forward order", "GRAE", "HAML (forward)", "sequence", preset("seeupo", order="forward", **ppu), None, None),
         Row("seeupo_random", "SeeUPO, random order", "GRAE", "HAML (random)", "sequence", preset("seeupo", order="random", **ppu), None, None),
@@ -47,6 +48,7 @@ ADVANTAGES: dict[str, dict[str, object]] = {
     "GRAE LOO": dict(advantage="grae", grae_center="loo", grae_scale="none"),
     "GRAE group-std": dict(advantage="grae", grae_center="mean", grae_scale="group_std"),
     "GRAE batch-z": dict(advantage="grae", grae_center="mean", grae_scale="batch_std"),
+    "REINFORCE++": dict(advantage="reinforce_pp"),
 }
 UPDATES: dict[str, tuple[str, str, dict[str, object]]] = {
     "REINFORCE": ("REINFORCE", "sequence", dict(update="reinforce")),
@@ -114,14 +116,21 @@ def describe(cfg: AlgorithmConfig) -> tuple[str, str, str]:
 def algorithm_rows(names: list[str] | tuple[str, ...], exact_epochs: int) -> list[Row]:
     """Rows for the registered algorithms ``names`` (presets, built in or from plugins).
 
-    A row of the paper's Table 1 keeps its claims; any other algorithm has none. A plain policy
-    gradient (a loss that is not a surrogate) takes one SGD step per iteration, as RLOO's row.
+    A row of the paper's Table 1 keeps its claims, and runs the preset of its name: where Table 1's
+    row runs another configuration (its GSPO row at the common clip 0.2, its REINFORCE++ row the
+    -baseline variant) the preset's own replaces it. Any other algorithm has no claims. A plain
+    policy gradient (a loss that is not a surrogate) takes one SGD step per iteration, as RLOO's row.
     """
     paper = {row.name: row for row in table1_rows(exact_epochs)}
     rows = []
     for name in names:
         if name in paper:
-            rows.append(paper[name])
+            row = paper[name]
+            own = preset(name).replace(epochs=row.config.epochs)
+            if row.config != own:
+                advantage, update, level = describe(own)
+                row = dataclasses.replace(row, config=own, advantage=advantage, update=update, level=level)
+            rows.append(row)
             continue
         if name not in PRESETS:
             raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")

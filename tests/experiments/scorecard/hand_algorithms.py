@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from seeupo.core.config import preset, register_preset
-from seeupo.core.registry import register_adv_est
+from seeupo.core.registry import register_adv_est, register_policy_loss
 
 
 @register_adv_est("anti_oracle", needs_oracle=True, lm=False)
@@ -73,3 +73,28 @@ def anti_bonus(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any =
 
 
 register_preset(preset("rloo", name="anti_bonus_pg", advantage="anti_bonus"))
+
+
+@register_adv_est("shifted_oracle", needs_oracle=True, lm=False)
+def shifted_oracle(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """The exact advantage plus 100: the expected update is still the policy gradient (the score function has mean 0),
+    and almost all of a sampled one is noise."""
+    return (oracle + 100.0) * (batch.token_mask & batch.valid[:, None])
+
+
+@register_adv_est("zero_advantage", lm=False)
+def zero_advantage(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """0 everywhere: an update that never moves."""
+    return torch.zeros(batch.token_mask.shape, dtype=batch.reward.dtype)
+
+
+@register_policy_loss("turn0_frozen", surrogate=False)
+def turn0_frozen(logp_new: Any, batch: Any, adv: Any, cfg: Any) -> Any:
+    """The plain policy-gradient loss on every turn but the first, whose rows weigh 0: turn 0 never learns."""
+    keep = (batch.turn != 0).to(logp_new.dtype)
+    return logp_new * adv * keep[:, None], None
+
+
+register_preset(preset("rloo", name="shifted_pg", advantage="shifted_oracle"))
+register_preset(preset("rloo", name="frozen_pg", advantage="zero_advantage"))
+register_preset(preset("rloo", name="turn0_frozen_pg", advantage="oracle", update="turn0_frozen"))

@@ -100,7 +100,8 @@ def test_compare_measures_the_others_on_the_same_problems(seeupo, tmp_path):
 
 
 def _card(name: str, values: dict, worst: str = "instance 3") -> Card:
-    measured = {n: Measured(Score(v, 4, None), "four problems", None if v == 1 else worst) for n, v in values.items()}
+    measured = {n: Measured(Score(v, 4, round(4 * v)), "four problems", None if v == 1 else worst)  # shares
+                for n, v in values.items()}
     return Card(name, {}, [], Sizes(), measured, {n: "--no-bridge" for n in NAMES if n not in values})
 
 
@@ -111,15 +112,36 @@ def test_card_round_trips_through_json():
     assert "not measured: --no-bridge" in markdown(card)
 
 
-def test_claims_agree_disagree_or_have_no_evidence():
-    from seeupo.experiments.scorecard.catalogue import Claim, claim_verdict
+def test_claims_agree_disagree_have_no_evidence_or_lie_outside_what_is_measured():
+    from seeupo.experiments.scorecard.catalogue import VERDICTS, Claim, claim_verdict
 
-    claim = Claim("its paper", "monotone", ("single_turn_monotone", "stochastic_outcomes"))
+    claim = Claim("its paper", "monotone", "one turn, stochastic outcomes", ("single_turn_monotone", "stochastic_outcomes"))
     assert claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": 1.0}, {})[0] == "agrees"
     verdict, words = claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": 0.9},
                                    {"stochastic_outcomes": "tool family, instance 2: J fell by 0.01"})
     assert verdict == "disagrees" and "stochastic_outcomes 0.90: tool family, instance 2" in words
     assert claim_verdict(claim, {"single_turn_monotone": 1.0, "stochastic_outcomes": None}, {})[0] == "no evidence"
+    outside = Claim("its paper", "monotone with a learned critic", "a learned critic")
+    assert claim_verdict(outside, {"single_turn_monotone": 0.0}, {})[0] == "outside the claim's model"
+    untestable = Claim("its paper", "no length bias", "answers of different lengths", ("single_turn_monotone",),
+                       untestable="every answer has one length")
+    assert claim_verdict(untestable, {"single_turn_monotone": 0.0}, {}) == ("not testable", "every answer has one length")
+    assert set(VERDICTS) == {"agrees", "disagrees", "outside the claim's model", "not testable", "no evidence"}
+
+
+def test_every_catalogue_claim_names_its_model_and_only_capabilities_that_exist():
+    from seeupo.experiments.scorecard.catalogue import CATALOGUE
+
+    claims = [c for e in CATALOGUE for c in e.claims]
+    assert claims and all(c.model and c.source and c.text for c in claims)
+    assert all(set(c.capabilities) <= set(NAMES) for c in claims)
+    assert all(c.capabilities or c.untestable for c in claims)
+    seeupo = {c.source: c for e in CATALOGUE if e.name == "seeupo" for c in e.claims}
+    # Theorem 1 is read in its deterministic model: neither stochastic outcomes nor shared parameters
+    assert seeupo["its paper, Theorem 1"].capabilities == ("multi_turn_monotone",)
+    # Theorem 2 is read on the algorithm's own updates, its reverse sequential schedule run as such
+    assert seeupo["its paper, Theorem 2"].capabilities == ("multi_turn_convergence",)
+    assert not any(e.name == "reinforce_pp" and e.claims for e in CATALOGUE)  # Table 1 says "no guarantee" for it
 
 
 def test_the_field_table_marks_scores_below_one_and_reads_the_claims(tmp_path):
@@ -132,12 +154,16 @@ def test_the_field_table_marks_scores_below_one_and_reads_the_claims(tmp_path):
     text = (tmp_path / "field.md").read_text()
     assert "| [SeeUPO](cards/seeupo/card.md) |" in text and "**0.90**" in text and "**0.50**" in text
     rows = {(r["algorithm"], r["source"]): r for r in claims_table(cards)}
-    assert rows[("seeupo", "its paper (Theorem 1)")]["verdict"] == "agrees"  # shared parameters are outside its claim
+    assert rows[("seeupo", "its paper, Theorem 1")]["verdict"] == "agrees"  # shared parameters are outside its claim
     gspo = next(r for r in rows.values() if r["algorithm"] == "gspo")
-    assert gspo["verdict"] == "disagrees" and "gspo_st_stochastic.json" in gspo["evidence"]
+    assert gspo["verdict"] == "agrees"  # Table 1's single-turn claim: stochastic outcomes lie outside its model
     data = json.loads((tmp_path / "field.json").read_text())
     assert data["scores"]["gspo"]["stochastic_outcomes"] == 0.5 and "ppo" in data["missing"]
-    assert "**Incomplete**: no card for ppo, grpo," in text  # two cards of eleven: the table says so
+    assert "**Incomplete**: no card for ppo, grpo," in text  # two cards of the catalogue: the table says so
+    # the columns are defined on the page; a column where both cards score 1 says it separates nothing
+    assert "| 1-turn monotone (`single_turn_monotone`) |" in text
+    assert "no: every algorithm scores 1.00" in text and data["ties"]["single_turn_monotone"] == 1.0
+    assert "stochastic_outcomes" not in data["ties"]
     assert (tmp_path / "field.png").stat().st_size > 10_000
 
 
@@ -191,12 +217,14 @@ def test_the_plan_line_states_the_calibrated_estimate():
     from seeupo.experiments.scorecard.card import BRIDGE_SECONDS_PER_SEED, WRITE_SECONDS, Calibration, estimate, plan_line
 
     cal = Calibration({"single_turn_monotone": 10.0, "multi_turn_convergence": 20.0}, seconds=2.0)
-    sizes = Sizes()
+    sizes = Sizes(sweep_lr=())
+    # the protocol sweep measures both again (they run the optimizer) at each of its step sizes
+    assert estimate(Sizes(), cal, bridge=False) == pytest.approx(32.0 + 2 * 30.0 + WRITE_SECONDS)
     assert estimate(sizes, cal, bridge=False) == pytest.approx(32.0 + WRITE_SECONDS)
     assert estimate(sizes, cal, bridge=True) == pytest.approx(32.0 + WRITE_SECONDS + 5 * BRIDGE_SECONDS_PER_SEED)
     line = plan_line("grpo", sizes, cal, bridge=False)
     assert f"estimate {32 + WRITE_SECONDS:.0f} s in all (calibrated on this machine in 2 s)" in line
-    assert "8 capabilities" in line and "bridge" not in line
+    assert f"{len(NAMES) - 1} capabilities" in line and "bridge" not in line
 
 
 def test_each_unit_counts_as_often_as_its_capability_runs_it(monkeypatch):
@@ -204,19 +232,20 @@ def test_each_unit_counts_as_often_as_its_capability_runs_it(monkeypatch):
     units' counts; a monotonicity capability's counts are every update of its runs (a problem timed once for both
     starts)."""
     from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard import timing
     from seeupo.experiments.scorecard.card import context
 
     ctx = context("grpo", caps.QUICK, None)
     ticks = iter(range(10_000))
-    monkeypatch.setattr(caps, "units", lambda ctx, c: [caps.Unit(lambda: None, 3.0), caps.Unit(lambda: None, 0.5)])
-    assert caps.estimate_seconds(ctx, "agentic_credit", clock=lambda: float(next(ticks))) == 3.5
+    monkeypatch.setattr(timing, "units", lambda ctx, c: [timing.Unit(lambda: None, 3.0), timing.Unit(lambda: None, 0.5)])
+    assert timing.estimate_seconds(ctx, "agentic_credit", clock=lambda: float(next(ticks))) == 3.5
     monkeypatch.undo()
     parts = caps.monotone_parts(ctx.sizes, "multi_turn_monotone")
-    counted = caps.units(ctx, "multi_turn_monotone")
+    counted = timing.units(ctx, "multi_turn_monotone")
     assert sum(u.times for u in counted) == sum((p.iterations or ctx.sizes.iterations) * ctx.iterations_factor for p in parts)
     assert len(counted) == len({id(p.problem) for p in parts})
     for name in NAMES:
-        assert isinstance(caps.units(ctx, name), list)
+        assert isinstance(timing.units(ctx, name), list)
 
 
 def test_a_card_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
@@ -269,3 +298,30 @@ def test_one_thread_measures_what_two_measure():
         torch.set_num_threads(before)
     for a, b in zip(one, two):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_protocol_sweep_measures_the_optimizer_capabilities_again(monkeypatch):
+    """Each capability that runs the optimizer is measured at lr x f for every sweep factor; the others are not."""
+    from seeupo.experiments.scorecard import card as card_module
+    from seeupo.experiments.scorecard.capabilities import CAPABILITIES
+
+    seen = []
+
+    def fake(cap, ctx):
+        seen.append((cap.name, ctx.lr))
+        return Measured(Score(ctx.lr / 10, 1, None), "")
+
+    monkeypatch.setattr(card_module, "_measure", fake)
+    sizes = Sizes(sweep_lr=(0.5, 2.0))
+    only = ["single_turn_monotone", "agentic_credit", "sampled_update_safety"]
+    card = card_module.score_card("grpo", sizes, None, bridge=False, only=only, say=lambda m: None)
+    lr = 0.05
+    assert sorted(seen) == sorted([(n, lr) for n in only] + [(n, lr * f) for n in ("single_turn_monotone",
+                                   "sampled_update_safety") for f in (0.5, 2.0)])
+    assert card.sweep == {"single_turn_monotone": {"0.5": lr * 0.5 / 10, "2": lr * 2 / 10},
+                          "sampled_update_safety": {"0.5": lr * 0.5 / 10, "2": lr * 2 / 10}}
+    assert card_module.sweep_range(card, "single_turn_monotone") == (lr * 0.5 / 10, lr * 2 / 10)
+    assert card_module.sweep_range(card, "agentic_credit") is None
+    again = Card.from_dict(json.loads(json.dumps(card.to_dict())))
+    assert again.sweep == card.sweep and "| single_turn_monotone |" in markdown(card)
+    assert {c.name for c in CAPABILITIES if c.protocol} >= set(card.sweep)

@@ -15,10 +15,28 @@ def test_share_without_decrease():
     assert rules.share_without_decrease([]).value is None  # no runs, no score
 
 
-def test_share_reaching():
-    assert rules.share_reaching(["reaches J*"] * 3).value == 1.0
-    assert rules.share_reaching(["stops below J*", "still improving"]).value == 0.0
-    assert rules.share_reaching([]).value is None
+def test_share_improving_fails_a_run_that_never_moved():
+    assert rules.share_improving([0.0, -0.1], [True, True]).value == 1.0
+    assert rules.share_improving([0.0, -0.1], [False, True]).value == 0.5  # never fell, never rose
+    assert rules.share_improving([1e-3, math.nan], [True, True]).value == 0.0
+    assert rules.share_improving([], []).value is None
+
+
+def test_mean_of_grades_and_refuses_values_outside_0_1():
+    assert rules.mean_of([1.0, 0.5, 0.0]).value == 0.5 and rules.mean_of([1.0, 0.5, 0.0]).passed is None
+    assert rules.mean_of([1.0 + 1e-16, 1.0]).value == 1.0  # a probability's complement, rounded
+    assert rules.mean_of([]).value is None
+    with pytest.raises(ValueError, match="outside"):
+        rules.mean_of([1.5])
+
+
+def test_convergence_reads_the_gap_closed_and_the_first_update_within_one_per_cent():
+    from seeupo.experiments.scorecard.sampled import first_converged, gap_closed
+
+    J = [0.2, 0.5, 0.795, 0.8]
+    assert first_converged(J, 0.8, 1.0) == 2 and gap_closed(J, 0.8, 1.0) == 1.0
+    assert first_converged([0.2, 0.5], 0.8, 1.0) is None and gap_closed([0.2, 0.5], 0.8, 1.0) == pytest.approx(0.5)
+    assert gap_closed([0.2, 0.1], 0.8, 1.0) == 0.0 and gap_closed([0.2, math.nan], 0.8, 1.0) == 0.0
 
 
 def test_worst_turn_cosine():
