@@ -2,30 +2,35 @@
 
 A capability asks one question of an algorithm and answers it with a score in [0, 1]
 (:mod:`seeupo.experiments.scorecard.rules`). Every algorithm takes its own exact update, the one
-``seeupo verify`` gives it (its optimizer, step size and epochs), on the same problems:
+``seeupo verify`` gives it (its optimizer, step size, epochs and schedule), on the same problems; a
+direction is the expected first step of that whole update (its loss, aggregation, ``M`` factor and
+schedule: :func:`seeupo.tabular.gradient.update_direction`), not of its estimator alone:
 
 ==========================  =============================================================  ===========================
 capability                  the problems (exact unless said; 2-token actions of 2 tokens)  the rule
 ==========================  =============================================================  ===========================
 ``single_turn_monotone``    1-turn token bandits, rewards on 2 / 3 / 11 levels, G = 2-5;    share of runs whose ``J``
-                            uniform and random starts; the field's counterexamples          never fell
-``multi_turn_monotone``     2-turn token bandits, the stop / intermediate / tokens          share of runs whose ``J``
-                            families (2 turns); the field's counterexamples                 never fell
-``stochastic_outcomes``     tree MDPs of 1 and 2 turns with stochastic observations, the    share of runs whose ``J``
-                            tool family; the field's counterexamples                        never fell
-``shared_parameters``       as ``multi_turn_monotone``, one parameter table for every       share of runs whose ``J``
-                            turn; the field's counterexamples                               never fell
-``multi_turn_convergence``  2-turn token bandits and the 4 agentic families: plain exact    share of problems where
-                            ascent with the expected update from uniform                    ascent reaches ``J*``
+                            uniform and random starts; the field's counterexamples          never fell and rose
+``multi_turn_monotone``     2-turn token bandits, the stop / intermediate / tokens          as above
+                            families (2 turns); the field's counterexamples
+``stochastic_outcomes``     tree MDPs of 1 and 2 turns with stochastic observations, the    as above
+                            tool family; the field's counterexamples
+``shared_parameters``       as ``multi_turn_monotone``, one parameter table for every       as above
+                            turn; the field's counterexamples
 ``agentic_credit``          stop / intermediate / tool families, 2 and 3 turns, uniform     mean of the worst turn's
-                            and random starts: the expected update of each turn             cosine with grad J (>= 0)
-``reward_invariance``       1- and 2-turn token bandits, returns ``a R + b`` for            share of cases whose update
-                            (a, b) = (1, 0.5), (3, 0), (0.5, -1)                            keeps its direction
+                            and random starts: each turn's expected first step              cosine with grad J (>= 0)
+``reward_invariance``       1- and 2-turn token bandits, returns ``a R + b`` for            share of cases whose first
+                            (a, b) = (1, 0.5), (3, 0), (0.5, -1)                            step keeps its direction
 ``zero_variance_groups``    every answer earns 0 (or 1): every group has zero variance;     share of cases: a finite
-                            one rewarded answer: most groups do (1 and 2 turns)             zero / uphill update
+                            one rewarded answer: most groups do (1 and 2 turns)             zero / uphill first step
+``difficulty_weighting``    1-turn token bandits of 3 prompts whose rewards spread 0.1,     mean cosine of the first
+                            0.5 and 1                                                       step with grad J (>= 0)
 ``lm_bridge``               a tiny language model on the 2-turn bridge, exact ``J`` after   mean over seeds of the gap
                             each step, seeds after a format warm-up (sampled)               to ``J*`` closed
 ==========================  =============================================================  ===========================
+
+The convergence capabilities (the algorithm's own updates to ``J*``, and how fast) and those of one
+sampled update (every group draw enumerated) are in :mod:`seeupo.experiments.scorecard.sampled`.
 
 "The field's counterexamples" are the committed instances where a search found some algorithm's
 exact update lowering ``J`` (``paper_repro/counterexamples``, ``paper_repro/algorithms/*/counterexamples``):
