@@ -123,13 +123,40 @@ GRAE_VS_VERL = [
 ]
 
 
+def test_reinforce_pp_through_verl_is_verls_reinforce_plus_plus_but_for_bessel():
+    """REINFORCE++ (outcome rewards on the last response token, gamma 1): seeupo's estimator through the adapter against
+    verl's own ``reinforce_plus_plus``. Both whiten the return over every response token of the batch; verl divides
+    by the Bessel-corrected variance (``masked_var``, unbiased), seeupo by the population one (OpenRLHF's
+    ``var.clamp(min=1e-8).rsqrt()``): verl's times sqrt(N / (N - 1)) is seeupo's, N the response tokens."""
+    from types import SimpleNamespace
+
+    register_in_verl(AlgorithmConfig(advantage="reinforce_pp"), adv_estimators=["reinforce_pp"])
+    ours_fn = core_algos.get_adv_estimator_fn("reinforce_pp")
+    verl_fn = core_algos.get_adv_estimator_fn("reinforce_plus_plus")
+    compared = 0
+    for seed in SEEDS:
+        rewards, mask, uids, _ = random_rollouts(seed, torch.float64, binary=True)
+        outcome = torch.zeros_like(rewards)
+        has = mask.sum(1) > 0
+        last = (mask * torch.arange(1, mask.shape[1] + 1)).argmax(1)
+        outcome[has, last[has]] = rewards.sum(1)[has]
+        n = int(mask.sum())
+        if n < 2:
+            continue
+        ours, _ = ours_fn(token_level_rewards=outcome, response_mask=mask, config=None, index=uids)
+        theirs, _ = verl_fn(token_level_rewards=outcome, response_mask=mask, config=SimpleNamespace(gamma=1.0))
+        torch.testing.assert_close(ours * mask, theirs * mask * math.sqrt(n / (n - 1)), rtol=1e-6, atol=1e-6)
+        compared += 1
+    assert compared >= 3
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("options, verl_name, verl_kwargs", GRAE_VS_VERL)
 @pytest.mark.parametrize("binary", [False, True])
 def test_grae_through_verl_equals_seeupo_and_verl_builtin(options, verl_name, verl_kwargs, dtype, binary):
     cfg = AlgorithmConfig(**options)
     exported = register_in_verl(cfg)
-    assert exported.adv_estimators == {"grae": "grae"}
+    assert exported.adv_estimators == {"grae": "grae", "reinforce_pp": "reinforce_pp"}  # every built-in that runs in verl
     fn = core_algos.get_adv_estimator_fn("grae")
     for seed in SEEDS:
         rewards, mask, uids, size = random_rollouts(seed, dtype, binary=binary)

@@ -158,7 +158,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("advantage", "each token's return-to-go with the KL penalty in its reward, no baseline, whitened over "
           "every valid token of the batch (var.clamp(min=1e-8).rsqrt())", f"{OPENRLHF} experience_maker (advantage_"
           "estimator=reinforce: get_cumulative_returns, the whitening); Hu 2025", "reinforce_pp: the return-to-go, "
-          "whitened over the batch's tokens (eps 1e-8)"),
+          "whitened over the batch's tokens (eps 1e-8); verl's reinforce_plus_plus, with its Bessel-corrected "
+          "variance, differs by sqrt(N / (N - 1)) (tests/integrations/test_verl.py)"),
         S("ratio", "token", f"{OPENRLHF} PolicyLoss", "token"),
         S("clip", "0.2", f"{OPENRLHF} --eps_clip", "0.2"),
         S("aggregation and rows", "token mean; one row per response", f"{OPENRLHF} PolicyLoss (masked_mean)",
