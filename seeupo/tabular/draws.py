@@ -20,6 +20,7 @@ Independent parameters only (the copies must not share a table).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -50,9 +51,9 @@ def repeat(problem: TreeMDP, copies: int) -> TreeMDP:
     if problem.num_instances != 1:
         raise ValueError(f"repeat takes a one-instance problem, got {problem.num_instances} instances")
     rep = lambda x: x.expand(copies, *x.shape[1:]).clone()  # noqa: E731
-    return TreeMDP(rep(problem.initial_state_probs), problem.actions_per_turn, problem.obs_per_turn,
-                   [rep(x) for x in problem.obs_probs], [rep(x) for x in problem.rewards],
-                   [rep(x) for x in problem.terminal], problem.gamma, problem.tokens, problem.reward_noise)
+    return dataclasses.replace(problem, initial_state_probs=rep(problem.initial_state_probs),
+                               obs_probs=[rep(x) for x in problem.obs_probs], rewards=[rep(x) for x in problem.rewards],
+                               terminal=[rep(x) for x in problem.terminal])
 
 
 @dataclass(frozen=True)

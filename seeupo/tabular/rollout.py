@@ -61,9 +61,9 @@ def _build_batch(
     discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
     traj_return = (reward * alive.to(DTYPE) * discount).sum(1)
     rep = lambda x: x[:, None].expand(n_traj, num_turns).reshape(-1)  # noqa: E731
-    lengths = torch.tensor([length for _, length in problem.tokens])
     turn = torch.arange(num_turns).repeat(n_traj)
-    token_mask = torch.arange(problem.max_tokens)[None, :] < lengths[turn][:, None]
+    lengths = torch.stack([problem.answer_lengths(t)[action[:, t]] for t in range(num_turns)], 1).reshape(-1)
+    token_mask = torch.arange(problem.max_tokens)[None, :] < lengths[:, None]
     batch = SampleBatch(
         traj_id=rep(torch.arange(n_traj)),
         group_id=rep(traj_group),

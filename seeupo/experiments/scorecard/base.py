@@ -19,7 +19,7 @@ from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 #: so that the problems of those before it stay the same.
 SEED_ORDER = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
               "multi_turn_convergence", "agentic_credit", "reward_invariance", "zero_variance_groups", "lm_bridge",
-              "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_bias",
+              "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_weighting",
               "difficulty_weighting")
 
 @dataclass(frozen=True)

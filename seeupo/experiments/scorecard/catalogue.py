@@ -70,8 +70,7 @@ CATALOGUE: tuple[Entry, ...] = (
           (Claim("its paper, §3.2", "GRPO's std normaliser gives a question-level difficulty bias; Dr. GRPO removes it",
                  "one turn; several questions in a batch whose rewards spread differently", ("difficulty_weighting",)),
            Claim("its paper, §3.2", "GRPO's 1/|o_i| gives a response-level length bias; Dr. GRPO removes it",
-                 "one turn; responses of different lengths",
-                 untestable="every capability's answers within a turn have one length: no length bias can show"))),
+                 "one turn; one question, responses of different lengths", ("length_weighting",)))),
     Entry("dapo", "DAPO", "Yu et al. 2025, arXiv:2503.14476", "examples/algorithms/dapo.py",
           (Claim("its paper, §3.2 (dynamic sampling)", "filtering out the groups whose accuracy is all 0 or all 1 "
                  "keeps every update's gradient informative", "groups of one prompt whose rewards may all be equal",
