@@ -37,6 +37,7 @@ GraeCenter = Literal["mean", "loo", "none"]
 GraeScale = Literal["none", "group_std", "batch_std"]
 RatioLevel = Literal["token", "sequence"]
 RatioScope = Literal["turn", "trajectory"]
+AggregationRows = Literal["turn", "trajectory"]
 KlEstimator = Literal["k1", "k3"]
 Schedule = Literal["simultaneous", "sequential"]
 MAlignment = Literal["trajectory", "shuffled"]
@@ -78,6 +79,11 @@ class AlgorithmConfig:
       kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``).
       aggregation: how token objectives become one number: a registered aggregation
         (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
+      aggregation_rows: the rows an aggregation averages over: ``"turn"``, one per (trajectory, turn),
+        as this toolkit lays out a batch, or ``"trajectory"``, one per trajectory holding every turn's
+        response tokens, as verl's multi-turn agent loop does (its ``loss_agg_mode`` then averages a
+        sequence's tokens over the whole trajectory). The same for ``token_mean``; a simultaneous
+        schedule only (a sequential one updates one turn's rows at a time).
       epochs, minibatches: passes over the batch and minibatches per pass (per turn, in a
         sequential schedule). The reference code uses 1 and 1 (docs/method.md §5).
 
@@ -136,6 +142,7 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     kl_estimator: KlEstimator = "k3"
     aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
+    aggregation_rows: AggregationRows = "turn"
     epochs: int = 1
     minibatches: int = 1
     schedule: Schedule = "simultaneous"
@@ -154,6 +161,9 @@ class AlgorithmConfig:
         for name, allowed in choices().items():
             if name not in REGISTRY_FIELDS and getattr(self, name) not in allowed:
                 raise ValueError(f"AlgorithmConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.aggregation_rows == "trajectory" and self.schedule == "sequential":
+            raise ValueError("AlgorithmConfig.aggregation_rows='trajectory' needs schedule='simultaneous': a sequential "
+                             "update takes one turn's rows at a time, so no row holds a whole trajectory")
         if self.group_size < 2 and adv_estimator(self.advantage).needs_group_stats:
             raise ValueError(
                 f"AlgorithmConfig.group_size must be >= 2 for {self.advantage!r} (group statistics), got {self.group_size}"
@@ -186,6 +196,12 @@ class AlgorithmConfig:
 
 REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, TURN_ORDERS, M_FACTORS)
 REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
+
+
+def registered_functions(cfg: "AlgorithmConfig") -> tuple[object, ...]:
+    """The functions registered now under ``cfg``'s names, one per registry: with ``cfg``, the key of a result
+    memoised per algorithm (a function registered again under its name is a new algorithm)."""
+    return tuple(registry.get(getattr(cfg, registry.field)).fn for registry in REGISTRIES)
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -229,10 +245,11 @@ PRESETS: dict[str, AlgorithmConfig] = {
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
     # mainstream multi-turn trainers (Zheng et al. 2025), with the paper's clip range
-    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index).
+    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index); its
+    # per-sequence token mean is over the trajectory's row too, as verl's agent loop lays it out.
     "gspo": AlgorithmConfig(
         name="gspo", preset="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
-        ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
+        ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean", aggregation_rows="trajectory",
         clip_eps_low=3e-4, clip_eps_high=4e-4,
     ),
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
@@ -260,7 +277,7 @@ BUILTIN_PRESETS: frozenset[str] = frozenset(PRESETS)
 # ...) are hyperparameters of the same algorithm and keep its name.
 IDENTITY_FIELDS: tuple[str, ...] = (
     "advantage", "gae_token_level", "grae_center", "grae_scale", "update", "ratio_level", "ratio_scope", "length_norm",
-    "aggregation", "schedule", "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment",
+    "aggregation", "aggregation_rows", "schedule", "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment",
     "equal_budget",
 )
 

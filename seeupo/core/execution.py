@@ -245,7 +245,7 @@ def optimizer_step(
     if cfg.kl_coef > 0.0 and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     trained = batch if pending is None else batch.with_updates(valid=batch.valid & ~pending.finished)
-    coef = row_coefficients(trained, cfg.aggregation)
+    coef = row_coefficients(trained, cfg.aggregation, cfg.aggregation_rows)
     token_coef = row_coefficients(trained, "token_mean")
     whole_trajectories = pending is not None or (
         policy_loss(cfg.update).surrogate and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"

@@ -21,9 +21,9 @@ from typing import get_args
 
 import torch
 
-from seeupo.core.batch import SampleBatch, segment_sum
+from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
 from seeupo.core.boundary import call_aggregation, call_policy_loss
-from seeupo.core.config import AlgorithmConfig, KlEstimator, RatioLevel, RatioScope
+from seeupo.core.config import AggregationRows, AlgorithmConfig, KlEstimator, RatioLevel, RatioScope
 from seeupo.core.registry import aggregation as aggregation_entry, policy_loss
 
 Tensor = torch.Tensor
@@ -77,7 +77,7 @@ def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: KlEstimator) -> Tensor
     raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {get_args(KlEstimator)}")
 
 
-def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
+def row_coefficients(batch: SampleBatch, mode: Aggregation, rows: AggregationRows = "turn") -> Tensor:
     """Per-row coefficients ``c`` with ``aggregate(values) = sum_i c_i * sum_j values[i, j]`` (real tokens).
 
     Computed once on a whole minibatch, the coefficients carry its normalisers (token count,
@@ -91,17 +91,34 @@ def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
     sums over the valid rows ``k`` of the same instance; ``c_i = 0`` on placeholders. Other
     registered aggregations (:func:`seeupo.core.registry.register_aggregation`) give their own
     ``(per_row, den_terms)``.
+
+    ``rows="trajectory"`` aggregates as if each trajectory were one row holding every turn's tokens
+    (verl's multi-turn agent loop lays out its batch so): the aggregation receives each trajectory's
+    token count and weight, and its coefficient goes to every row of the trajectory, which is exact
+    because a trajectory's sum of token values is the sum of its rows' sums. ``token_mean`` is the
+    same under both layouts; the per-sequence modes are not once trajectories differ in tokens.
     """
     real = batch.token_mask & batch.valid[:, None]
     dtype = batch.logp_old.dtype
     n_tokens = real.sum(1).to(dtype)
     w = batch.weight.to(dtype) * batch.valid.to(dtype)
-    per_row, den_terms = call_aggregation(aggregation_entry(mode), n_tokens, w)
-    den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
-    return per_row / den[batch.instance]
+    if rows == "turn":
+        per_row, den_terms = call_aggregation(aggregation_entry(mode), n_tokens, w)
+        den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
+        return per_row / den[batch.instance]
+    if rows != "trajectory":
+        raise ValueError(f"unknown aggregation rows {rows!r}; expected one of {get_args(AggregationRows)}")
+    n_traj = batch.num_trajectories
+    traj_tokens = segment_sum(n_tokens, batch.traj_id, n_traj)
+    traj_weight = torch.zeros(n_traj, dtype=dtype, device=w.device).index_reduce_(0, batch.traj_id, w, "amax")
+    traj_instance = per_trajectory(batch.instance, batch)
+    per_traj, den_terms = call_aggregation(aggregation_entry(mode), traj_tokens, traj_weight)
+    den = segment_sum(den_terms, traj_instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
+    return (per_traj / den[traj_instance])[batch.traj_id] * batch.valid.to(dtype)
 
 
-def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tensor | None = None) -> Tensor:
+def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tensor | None = None,
+              rows: AggregationRows = "turn") -> Tensor:
     """Reduce ``[n, L]`` per-token values to a scalar: a weighted mean per instance, summed over instances.
 
     * ``token_mean``: every real token of every valid row counts once (times its row weight);
@@ -112,10 +129,10 @@ def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tenso
     Summing (not averaging) over instances keeps each instance's gradient independent of
     how many instances share the call. ``coef`` (from :func:`row_coefficients` of the
     enclosing minibatch) replaces the normalisers of ``batch`` itself: pass it when ``batch``
-    is a micro-batch.
+    is a micro-batch. ``rows``: one row per (trajectory, turn) or per trajectory (:func:`row_coefficients`).
     """
     if coef is None:
-        coef = row_coefficients(batch, mode)
+        coef = row_coefficients(batch, mode, rows)
     real = batch.token_mask & batch.valid[:, None]
     row = torch.where(real, values, 0.0).sum(1)  # padding may hold anything, even -inf
     return (coef.to(values.dtype) * row).sum()
@@ -191,8 +208,8 @@ def policy_objective(
         cfg = (cfg or AlgorithmConfig()).replace(**settings)
     obj, clipped = call_policy_loss(policy_loss(cfg.update), logp_new, batch, adv, cfg)
     if clipped is None:
-        return aggregate(obj, batch, cfg.aggregation, coef), {"clip_frac": 0.0, "clipped_mass": 0.0}
+        return aggregate(obj, batch, cfg.aggregation, coef, cfg.aggregation_rows), {"clip_frac": 0.0, "clipped_mass": 0.0}
     with torch.no_grad():
         clipped_mass = float(aggregate(clipped.to(logp_new.dtype), batch, "token_mean", token_coef))
     stats = {"clip_frac": clipped_mass / max(batch.num_instances, 1), "clipped_mass": clipped_mass}
-    return aggregate(obj, batch, cfg.aggregation, coef), stats
+    return aggregate(obj, batch, cfg.aggregation, coef, cfg.aggregation_rows), stats

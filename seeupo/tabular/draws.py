@@ -94,11 +94,13 @@ def trajectories(problem: TreeMDP, probs: list[Tensor]) -> Trajectories:
 @dataclass(frozen=True)
 class Draws:
     """Every group of ``G`` trajectories a one-instance problem can draw: draw ``d`` is instance ``d`` of
-    ``problem`` (the original repeated), with group ``d`` of ``batch``; ``prob[d]`` its probability (summing to 1)."""
+    ``problem`` (the original repeated), with group ``d`` of ``batch``; ``prob[d]`` its probability (summing to 1);
+    ``policy`` the drawing policy repeated on every instance (each draw's own copy, to update)."""
 
     problem: TreeMDP
     batch: SampleBatch
     prob: Tensor
+    policy: TabularPolicy
 
 
 def group_draws(problem: TreeMDP, policy: TabularPolicy, group_size: int, max_draws: int = MAX_DRAWS) -> Draws:
@@ -125,7 +127,7 @@ def group_draws(problem: TreeMDP, policy: TabularPolicy, group_size: int, max_dr
     group = torch.arange(n_draws).repeat_interleave(group_size)
     batch = _build_batch(repeated, copies, paths.hist[members], paths.action[members], paths.alive[members],
                          paths.reward[members], torch.ones(len(members), dtype=DTYPE), group, group)
-    return Draws(repeated, batch, torch.tensor(prob, dtype=DTYPE))
+    return Draws(repeated, batch, torch.tensor(prob, dtype=DTYPE), copies)
 
 
 @dataclass(frozen=True)
@@ -170,10 +172,9 @@ def one_sampled_update(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     if policy.parameterization != "independent":
         raise ValueError("the law of one sampled update needs independent parameters (each draw updates its own copy)")
     draws = group_draws(problem, policy, cfg.group_size, max_draws)
-    copies = TabularPolicy(draws.problem)
+    copies = draws.policy
     with torch.no_grad():
         start = policy.action_probs()
-        copies.set_action_probs([p.expand(len(draws.prob), *p.shape[1:]).clone() for p in start])
     batch = draws.batch
     estimator = adv_estimator(cfg.advantage)
     critic = critic_values(draws.problem, copies, batch) if estimator.needs_critic else None

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.core.config import AlgorithmConfig
+from seeupo.core.config import AlgorithmConfig, registered_functions
 from seeupo.core.losses import row_coefficients
-from seeupo.core.registry import AGGREGATIONS, M_FACTORS, POLICY_LOSSES, adv_estimator
+from seeupo.core.registry import adv_estimator
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy, uniform_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -175,12 +175,11 @@ def linear_in_advantage(cfg: AlgorithmConfig) -> bool:
     does the expected advantage of each path (a group estimator's closed form) give the expected first step.
     Measured once per configuration and registered functions (a loss registered again under its name is probed
     again)."""
-    return _linear_in_advantage(cfg, *(registry.get(getattr(cfg, registry.field)).fn
-                                       for registry in (POLICY_LOSSES, AGGREGATIONS, M_FACTORS)))
+    return _linear_in_advantage(cfg, registered_functions(cfg))
 
 
 @functools.lru_cache(maxsize=256)
-def _linear_in_advantage(cfg: AlgorithmConfig, *_functions: object) -> bool:
+def _linear_in_advantage(cfg: AlgorithmConfig, _functions: tuple[object, ...]) -> bool:
     from seeupo.tabular.problems import stop_or_continue
     from seeupo.tabular.rollout import exact_batch
 
@@ -219,7 +218,7 @@ def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
     turns = _turn_parameters(policy)
     out = [_per_instance([ascent[p] for p in ps], ps) for ps in turns]
     real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
-    coef = row_coefficients(batch, cfg.aggregation).to(DTYPE).abs()
+    coef = row_coefficients(batch, cfg.aggregation, cfg.aggregation_rows).to(DTYPE).abs()
     terms = coef * (adv.detach().to(DTYPE).abs() * real).sum(1)
     scale = torch.zeros(problem.num_instances, dtype=DTYPE).index_add_(0, batch.instance, terms)
     return out, scale

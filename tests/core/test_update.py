@@ -823,7 +823,7 @@ def _naive_step(policy, optimizer, mb, weights, cfg, logp_ref):
     """One optimizer step in one pass: the objective and KL term of ``mb``, backward, step."""
     from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients
 
-    coef = row_coefficients(mb, cfg.aggregation)
+    coef = row_coefficients(mb, cfg.aggregation, cfg.aggregation_rows)
     logp = policy.token_logps(mb)
     objective, _ = policy_objective(
         logp, mb, weights, update=cfg.update, ratio_level=cfg.ratio_level, ratio_scope=cfg.ratio_scope,

@@ -80,7 +80,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("aggregation and rows", "per-response token mean, then the group mean (seq-mean-token-mean); verl's "
           "default and examples token-mean", "Shao et al. 2024, Eq. 3; verl docs/algo/grpo.md",
           "token_mean (verl's default); one row per turn",
-          "verl's examples run token-mean; with the toolkit's equal-length answers the two coincide"),
+          "verl's examples run token-mean; the paper's 1/|o_i| is preset(\"grpo\", aggregation=\"seq_mean_token_mean\"), "
+          "which differs where answers differ in length (length_weighting)"),
         S("KL", "k3 in the loss, beta 0.04", "Shao et al. 2024, §4.2 (\"The KL coefficient is 0.04\"), Eq. 4", *_NO_KL),
         S("discount", "none (outcome reward)", "Shao et al. 2024", "1"),
         S("grouping", "G outputs per question (64)", "Shao et al. 2024, §4.2", "G = 4 (the scorecard's sizes)"),
@@ -118,7 +119,7 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("grouping", "16 responses per prompt", "Yu et al. 2025, §4.1", "G = 4"),
         S("epochs and minibatches", "16 gradient updates per rollout step", "Yu et al. 2025, §4.1", *_EPOCHS),
         S("other", "overlong reward shaping (soft punishment past 16,384 tokens)", "Yu et al. 2025, §3.4",
-          "none", "the toolkit's answers have a fixed length"),
+          "none", "the toolkit's answers are at most a few tokens long: there is no budget to overrun"),
     ),
     "gspo": (
         S("advantage", "(R - group mean) / group std", "Zheng et al. 2025, Eq. 6; verl GSPO scripts "
@@ -131,8 +132,9 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
           "test_gspo_3b_math.sh; TRL paper_index.md", "3e-4 / 4e-4 (0.2 in Table 1's row, TABLE1_CLIP)"),
         S("aggregation and rows", "per-sequence mean (seq-mean-token-mean, hard-coded in verl's gspo loss); one row "
           "per response", "Zheng et al. 2025, Eq. 5; verl compute_policy_loss_gspo",
-          "seq_mean_token_mean; one row per turn, the ratio over the trajectory",
-          "per-turn rows weigh each turn as a sequence; a trajectory row would weigh its turns by length"),
+          "seq_mean_token_mean over one row per trajectory (aggregation_rows=trajectory), the ratio over the "
+          "trajectory", "a multi-turn trainer's row is the trajectory (verl's agent loop): a trajectory's turns "
+          "share one token mean, so a longer episode weighs each of its tokens less"),
         S("KL", "omitted (\"for brevity\"); verl and TRL run beta 0", "Zheng et al. 2025, §2; TRL paper_index.md "
           "(beta=0.0)", "none"),
         S("discount", "1", f"{VERL} algorithm.gamma", "1"),
@@ -148,7 +150,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("clip", "none", "Ahmadian et al. 2024", "none"),
         S("aggregation and rows", "the completion's log-probability (a token sum); one row per completion",
           "Ahmadian et al. 2024, §3", "token_mean; one row per turn",
-          "with equal-length answers the token mean is the sum over a constant"),
+          "on the expected batch the token mean is the token sum over a constant (the expected token count): the "
+          "same direction, whatever the answers' lengths"),
         S("KL", "sequence-level KL in the reward, 0.05", f"{TRL} RLOOConfig kl_coef / beta", *_NO_KL),
         S("discount", "none", "Ahmadian et al. 2024", "1"),
         S("grouping", "k completions per prompt (2)", f"{TRL} RLOOConfig rloo_k", "G = 4"),
