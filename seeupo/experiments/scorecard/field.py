@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from seeupo.experiments.scorecard.base import sweep_points
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Sizes
 from seeupo.experiments.scorecard.card import Card, radar, score_card, shown, write
 from seeupo.experiments.scorecard.catalogue import CATALOGUE, claim_verdict, entry
@@ -173,11 +174,11 @@ def sweep_markdown(cards: Sequence[Card]) -> list[str]:
     swept = [c for c in CAPABILITIES if c.protocol and any(card.sweep.get(c.name) for card in cards)]
     if not swept:
         return []
-    factors = next(card.sizes.sweep_lr for card in cards if card.sweep)
+    points = next(sweep_points(card.sizes) for card in cards if card.sweep)
     lines = ["## The protocol sweep", "",
              "The exact capabilities that run an optimizer take `seeupo verify`'s protocol (the expected batch, 40 Adam "
-             f"epochs at lr 0.05; RLOO 10 SGD steps at 5). Each was measured again at lr x {', '.join(f'{f:g}' for f in factors)}: "
-             "the least and largest score over the three step sizes (one number: it did not move).", "",
+             f"epochs at lr 0.05; RLOO 10 SGD steps at 5). Each was measured again at {', '.join(points)}: "
+             f"the least and largest score over these {len(points) + 1} protocols (one number: it did not move).", "",
              "| Algorithm | " + " | ".join(c.short for c in swept) + " |", "|---|" + "---|" * len(swept)]
     for card in cards:
         cells = []

@@ -285,7 +285,7 @@ def algorithms_markdown() -> str:
              "one setting the toolkit takes their default and registers the others as presets (`gigpo_std`: GiGPO's "
              "`mode=\"mean_std_norm\"`; `reinforce_pp_baseline`).", "",
              f"Every exact capability runs one protocol: {PROTOCOL}. Each card measures the capabilities that run the "
-             "optimizer again at other step sizes (its protocol sweep).", ""]
+             "optimizer again at other step sizes and with a quarter of the optimizer steps per update (its protocol sweep).", ""]
     for e in CATALOGUE:
         lines += definition_markdown(e.name, f"{e.title}: {e.paper}")
     return "\n".join(lines)
