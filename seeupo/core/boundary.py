@@ -52,7 +52,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
-from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, MFactor, PolicyLoss, TurnOrder, shown_path
+from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, KlEstimator, MFactor, PolicyLoss, TurnOrder, shown_path
 from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
@@ -152,6 +152,20 @@ def call_aggregation(entry: Aggregation, n_tokens: Tensor, weight: Tensor) -> tu
         _tensor(entry, what, value, tuple(n_tokens.shape), "[n] = " + _shape(n_tokens), n_tokens.device)
         _finite(entry, what, value, None, positions="rows")
     return out[0], out[1]
+
+
+def call_kl_estimator(entry: KlEstimator, logp: Tensor, logp_ref: Tensor, valid: Tensor) -> Tensor:
+    """``entry.fn(logp, logp_ref)``, checked: a floating ``[n, L]`` tensor on the inputs' device, finite on the
+    ``valid`` tokens, the inputs unchanged."""
+    before = _snapshot(_inputs(None, logp=logp, logp_ref=logp_ref))
+    out = _call(entry, logp, logp_ref)
+    _unchanged(entry, before, _inputs(None, logp=logp, logp_ref=logp_ref))
+    _tensor(entry, "KL estimates", out, tuple(logp.shape), "[n, L] = " + _shape(logp), logp.device)
+    if logp.requires_grad and torch.is_grad_enabled() and not out.requires_grad:
+        _fail(entry, "KL estimates that require grad (logp does; a KL term in the loss differentiates them)",
+              "estimates without grad (computed under no_grad, detached, or not from logp)")
+    _finite(entry, "KL estimates", out, lambda: valid)
+    return out
 
 
 def call_turn_order(entry: TurnOrder, num_turns: int, cfg: Any, generator: torch.Generator | None) -> list[int]:

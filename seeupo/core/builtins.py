@@ -121,6 +121,30 @@ def clipped(factor: Any, ratio: Any, cfg: Any) -> Any:
     return (factor * ratio.clamp(*cfg.m_clip).to(factor.dtype)).clamp(*cfg.m_clip)
 
 
+# ---- KL estimators: fn(logp, logp_ref) -> [n, L] per-token estimates of KL(pi || pi_ref) from samples of pi
+# (Schulman 2020, "Approximating KL divergence"); with log r = logp_ref - logp. Their gradients in expectation,
+# on policy: k1 in the loss 0, k2 grad KL(pi || ref) of one token's distribution, k3 grad KL(ref || pi); the
+# sequence-level facts are measured by seeupo.tabular.kl.
+
+
+def k1(logp: Any, logp_ref: Any) -> Any:
+    """``log pi - log pi_ref`` (unbiased for the value; verl's ``kl``)."""
+    return logp - logp_ref
+
+
+def k2(logp: Any, logp_ref: Any) -> Any:
+    """``(log pi - log pi_ref)^2 / 2`` (verl's ``mse``)."""
+    return 0.5 * (logp - logp_ref) ** 2
+
+
+def k3(logp: Any, logp_ref: Any) -> Any:
+    """``r - log r - 1`` with ``r = pi_ref / pi``: unbiased and non-negative (verl's ``low_var_kl``, clamped there)."""
+    import torch
+
+    log_r = logp_ref - logp
+    return torch.exp(log_r) - log_r - 1.0
+
+
 # ---- the entries: (name, function, entry options), registered in this order (the first is each menu's first)
 
 ADV_ESTIMATORS = (
@@ -137,6 +161,11 @@ AGGREGATIONS = (
     ("token_mean", token_mean, dict()),
     ("seq_mean_token_mean", seq_mean_token_mean, dict()),
     ("seq_mean_token_sum", seq_mean_token_sum, dict()),
+)
+KL_ESTIMATORS = (
+    ("k3", k3, dict()),
+    ("k1", k1, dict()),
+    ("k2", k2, dict()),
 )
 TURN_ORDERS = (
     ("reverse", reverse, dict()),

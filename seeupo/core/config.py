@@ -22,6 +22,7 @@ from typing import Literal, get_args
 from seeupo.core.registry import (
     ADV_ESTIMATORS,
     AGGREGATIONS,
+    KL_ESTIMATORS,
     M_FACTORS,
     POLICY_LOSSES,
     TURN_ORDERS,
@@ -38,7 +39,7 @@ GraeScale = Literal["none", "group_std", "batch_std"]
 RatioLevel = Literal["token", "sequence"]
 RatioScope = Literal["turn", "trajectory"]
 AggregationRows = Literal["turn", "trajectory"]
-KlEstimator = Literal["k1", "k3"]
+KlPlacement = Literal["loss", "loss_is", "reward"]
 Schedule = Literal["simultaneous", "sequential"]
 MAlignment = Literal["trajectory", "shuffled"]
 
@@ -76,7 +77,12 @@ class AlgorithmConfig:
         the product (the true ``pi(a|h) / pi_old(a|h)``).
       clip_eps_low, clip_eps_high: the clip range ``[1 - low, 1 + high]`` (0.2 in the paper).
       dual_clip: the dual-clip constant of Ye et al. 2020, or ``None``.
-      kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``).
+      kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``): a registered
+        estimator (:func:`seeupo.core.registry.register_kl_estimator`; built in ``k1``, ``k2``, ``k3``).
+      kl_placement: where the estimates go: ``"loss"`` (a term of the loss, verl's ``use_kl_loss``),
+        ``"loss_is"`` (in the loss, each token's estimate times its ratio ``pi / pi_old``), or
+        ``"reward"`` (subtracted from each turn's reward before the advantages, verl's
+        ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
       aggregation: how token objectives become one number: a registered aggregation
         (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
       aggregation_rows: the rows an aggregation averages over: ``"turn"``, one per (trajectory, turn),
@@ -140,7 +146,8 @@ class AlgorithmConfig:
     clip_eps_high: float = 0.2
     dual_clip: float | None = None
     kl_coef: float = 0.0
-    kl_estimator: KlEstimator = "k3"
+    kl_estimator: str = dataclasses.field(default="k3", metadata={"choices": KL_ESTIMATORS.names})
+    kl_placement: KlPlacement = "loss"
     aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
     aggregation_rows: AggregationRows = "turn"
     epochs: int = 1
@@ -194,7 +201,7 @@ class AlgorithmConfig:
         return dataclasses.asdict(self)
 
 
-REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, TURN_ORDERS, M_FACTORS)
+REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, KL_ESTIMATORS, TURN_ORDERS, M_FACTORS)
 REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
 
 

@@ -1,4 +1,4 @@
-"""Policy losses: REINFORCE, the PPO-style clipped surrogate (token or sequence ratio), KL.
+"""Policy losses: REINFORCE, the PPO-style clipped surrogate (token or sequence ratio), the KL term.
 
 All functions take per-token tensors ``[n, L]`` aligned with a :class:`SampleBatch`
 and return objectives to **maximise** (the trainer negates the aggregate).
@@ -22,9 +22,9 @@ from typing import get_args
 import torch
 
 from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
-from seeupo.core.boundary import call_aggregation, call_policy_loss
-from seeupo.core.config import AggregationRows, AlgorithmConfig, KlEstimator, RatioLevel, RatioScope
-from seeupo.core.registry import aggregation as aggregation_entry, policy_loss
+from seeupo.core.boundary import call_aggregation, call_kl_estimator, call_policy_loss
+from seeupo.core.config import AggregationRows, AlgorithmConfig, KlPlacement, RatioLevel, RatioScope
+from seeupo.core.registry import aggregation as aggregation_entry, kl_estimator as kl_estimator_entry, policy_loss
 
 Tensor = torch.Tensor
 # A registered aggregation's name (:data:`seeupo.core.registry.AGGREGATIONS` lists them).
@@ -63,18 +63,55 @@ def clipped_surrogate(
     return obj
 
 
-def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: KlEstimator) -> Tensor:
-    """Per-token estimate of ``KL(pi || pi_ref)`` from samples of ``pi`` (Schulman 2020).
+def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: str, valid: Tensor | None = None) -> Tensor:
+    """Per-token estimates of ``KL(pi || pi_ref)`` by the registered ``estimator`` (built in: Schulman 2020's
+    ``k1``, ``k2``, ``k3``, :mod:`seeupo.core.builtins`), checked at the boundary (finite on ``valid`` tokens)."""
+    mask = valid if valid is not None else torch.ones_like(logp, dtype=torch.bool)
+    return call_kl_estimator(kl_estimator_entry(estimator), logp, logp_ref, mask)
 
-    ``k1 = log pi - log pi_ref``; ``k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1``
-    (non-negative; verl's ``low_var_kl``).
+
+def kl_term(logp: Tensor, batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig,
+            coef: Tensor | None = None) -> Tensor:
+    """The KL term of the loss (to minimise; the update multiplies it by ``cfg.kl_coef``): each token's estimate
+    (``cfg.kl_estimator``) aggregated as the policy objective is (``coef``: the minibatch's coefficients).
+
+    ``kl_placement="loss"``: the estimates as they are; on policy, in expectation, ``k1``'s gradient is 0,
+    ``k2``'s that of one token's ``KL(pi || ref)`` and ``k3``'s that of ``KL(ref || pi)``. ``"loss_is"``: each
+    estimate times its token's ratio ``pi / pi_old`` (differentiable), which makes it an estimate of
+    ``E_pi[k]`` from samples of ``pi_old``: ``k1`` and ``k3`` then give the gradient of ``KL(pi || ref)``
+    (Zhang et al. 2025, RPG, arXiv:2505.17508). ``"reward"``: no loss term (the penalty went into the
+    rewards before the advantages, :func:`kl_reward_penalty`); the exact gradients of each placement are
+    measured by :mod:`seeupo.tabular.kl`.
     """
-    if estimator == "k1":
-        return logp - logp_ref
-    if estimator == "k3":
-        log_r = logp_ref - logp
-        return torch.exp(log_r) - log_r - 1.0
-    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {get_args(KlEstimator)}")
+    if cfg.kl_placement == "reward":
+        return torch.zeros((), dtype=logp.dtype, device=logp.device)
+    real = batch.token_mask & batch.valid[:, None]
+    estimate = kl_penalty(logp, logp_ref, cfg.kl_estimator, real)
+    if cfg.kl_placement == "loss_is":
+        estimate = torch.exp(torch.where(real, logp - batch.logp_old, 0.0)) * estimate
+    elif cfg.kl_placement != "loss":
+        raise ValueError(f"unknown KL placement {cfg.kl_placement!r}; expected one of {get_args(KlPlacement)}")
+    return aggregate(estimate, batch, cfg.aggregation, coef, cfg.aggregation_rows)
+
+
+def kl_reward_penalty(batch: SampleBatch, logp_ref: Tensor, estimator: str) -> Tensor:
+    """``[n]``: each row's sum of its real tokens' KL estimates at the sampling policy (``batch.logp_old``), the
+    penalty that ``kl_placement="reward"`` subtracts (times ``kl_coef``) from the row's reward: a turn's tokens
+    share their turn's penalty (a row is a turn), as a sequence-level KL in the reward does (TRL's RLOO)."""
+    real = batch.token_mask & batch.valid[:, None]
+    with torch.no_grad():
+        estimate = kl_penalty(batch.logp_old, logp_ref, estimator, real)
+    return torch.where(real, estimate, 0.0).sum(1)
+
+
+def with_kl_in_reward(batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig, gamma: float = 1.0) -> SampleBatch:
+    """``batch`` with each row's reward lowered by ``cfg.kl_coef`` times :func:`kl_reward_penalty`, and each
+    trajectory's return by the same penalties discounted by ``gamma`` (``kl_placement="reward"``: verl's
+    ``use_kl_in_reward``, TRL's RLOO), before the advantages are computed."""
+    penalty = cfg.kl_coef * kl_reward_penalty(batch, logp_ref, cfg.kl_estimator).to(batch.reward.dtype)
+    discounted = penalty * gamma ** batch.turn.to(penalty.dtype)
+    per_traj = segment_sum(discounted, batch.traj_id, batch.num_trajectories)
+    return batch.with_updates(reward=batch.reward - penalty, traj_return=batch.traj_return - per_traj[batch.traj_id])
 
 
 def row_coefficients(batch: SampleBatch, mode: Aggregation, rows: AggregationRows = "turn") -> Tensor:
@@ -110,7 +147,8 @@ def row_coefficients(batch: SampleBatch, mode: Aggregation, rows: AggregationRow
         raise ValueError(f"unknown aggregation rows {rows!r}; expected one of {get_args(AggregationRows)}")
     n_traj = batch.num_trajectories
     traj_tokens = segment_sum(n_tokens, batch.traj_id, n_traj)
-    traj_weight = torch.zeros(n_traj, dtype=dtype, device=w.device).index_reduce_(0, batch.traj_id, w, "amax")
+    valid = batch.valid  # a trajectory's valid rows share its weight
+    traj_weight = torch.zeros(n_traj, dtype=dtype, device=w.device).index_copy_(0, batch.traj_id[valid], w[valid])
     traj_instance = per_trajectory(batch.instance, batch)
     per_traj, den_terms = call_aggregation(aggregation_entry(mode), traj_tokens, traj_weight)
     den = segment_sum(den_terms, traj_instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)

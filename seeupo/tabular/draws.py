@@ -167,6 +167,7 @@ def one_sampled_update(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     algorithm's own update on each, each from its own copy of ``policy`` with a fresh ``optimizer`` (``"adam"`` or
     ``"sgd"``) of step ``lr``: the exact law of one sampled update (:class:`SampledUpdate`)."""
     from seeupo.tabular.gradient import _first_step
+    from seeupo.tabular.kl import start_as_reference
     from seeupo.tabular.train import RunConfig, make_optimizer
 
     if policy.parameterization != "independent":
@@ -183,7 +184,8 @@ def one_sampled_update(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     ascent = _first_step(copies, batch, adv, cfg)
     first = torch.cat([ascent[p].reshape(len(draws.prob), -1) for p in copies.parameters()], dim=1)
     step = make_optimizer(copies.parameters(), RunConfig(optimizer=optimizer, lr=lr))  # type: ignore[arg-type]
-    policy_update(copies, step, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    policy_update(copies, step, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(0),
+                                                                logp_ref=start_as_reference(batch, cfg)))
     with torch.no_grad():
         after = evaluate(draws.problem, copies.action_probs()).J
         before = float(evaluate(problem, start).J[0])

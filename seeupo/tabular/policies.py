@@ -81,19 +81,25 @@ class TabularPolicy(torch.nn.Module):
             return self.logits[k]
         return torch.einsum("npvd,id->inpv", getattr(self, f"features_{k}"), self.weights)
 
-    def action_log_probs(self) -> list[Tensor]:
-        """Per turn ``[I, N_t, A_t]``: ``log pi(a | h)`` for every history and action (:data:`LOG_ZERO` for an
-        impossible one: a nonzero token after the end token)."""
+    def action_token_log_probs(self) -> list[Tensor]:
+        """Per turn ``[I, N_t, A_t, L_t]``: ``log pi(y_j | h, y_<j)`` of each token of every action at every history
+        (0 after an answer's end)."""
         out = []
         for t, (vocab, length) in enumerate(self.tokens):
             prefix, token = token_digits(torch.arange(vocab**length), vocab, length)
             spelled = torch.arange(length)[None, :] < self.answer_lengths[t][:, None]  # [A, L]
-            total = 0.0
+            columns = []
             for j in range(length):
                 logp = torch.log_softmax(self._table(t, j), dim=-1)  # [I, N, V^j, V]
-                total = total + torch.where(spelled[:, j], logp[:, :, prefix[:, j], token[:, j]], 0.0)
-            out.append(torch.where(self.possible_actions[t], total, LOG_ZERO))
+                columns.append(torch.where(spelled[:, j], logp[:, :, prefix[:, j], token[:, j]], 0.0))
+            out.append(torch.stack(columns, -1))
         return out
+
+    def action_log_probs(self) -> list[Tensor]:
+        """Per turn ``[I, N_t, A_t]``: ``log pi(a | h)`` for every history and action (:data:`LOG_ZERO` for an
+        impossible one: a nonzero token after the end token)."""
+        return [torch.where(possible, tokens.sum(-1), LOG_ZERO)
+                for tokens, possible in zip(self.action_token_log_probs(), self.possible_actions)]
 
     def action_probs(self) -> list[Tensor]:
         """Per turn ``[I, N_t, A_t]``: ``pi(a | h)``."""

@@ -18,6 +18,7 @@ from seeupo.core.config import AlgorithmConfig
 from seeupo.core.registry import adv_estimator
 from seeupo.core.update import UpdateSettings, compute_advantages, num_turns, policy_update, sequential_sweep
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
+from seeupo.tabular.kl import kl_reward_problem, reference_policy
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.rollout import critic_values, exact_advantages, oracle_advantages, sample_batch
@@ -175,16 +176,29 @@ class AlgorithmStep:
     """One iteration of ``cfg`` driven by ``run_cfg``: batch, advantages, then the update.
 
     Keeps the generator (and, unless ``run_cfg.reset_optimizer``, the optimizer state)
-    across calls, as a training loop does.
+    across calls, as a training loop does. With a KL term (``cfg.kl_coef > 0``) the reference is
+    the policy of the first call, frozen (a language-model run's starting model): in the loss, its
+    log-probabilities of the batch's tokens; in the reward, :func:`seeupo.tabular.kl.kl_reward_problem`
+    (the advantages see the penalised rewards, ``J`` is measured on the problem itself).
     """
 
     def __init__(self, cfg: AlgorithmConfig, run_cfg: RunConfig = RunConfig()) -> None:
+        if cfg.kl_coef > 0.0 and run_cfg.update == "mirror":
+            raise ValueError("the closed-form mirror step has its own KL (mirror_beta): kl_coef must be 0")
         self.cfg, self.run_cfg = cfg, run_cfg
         self.generator = torch.Generator().manual_seed(run_cfg.seed)
         self.optimizer: torch.optim.Optimizer | None = None
+        self.reference: TabularPolicy | None = None  # with a KL term: the policy of the first call, frozen
 
     def __call__(self, problem: TreeMDP, policy: TabularPolicy) -> None:
-        batch, adv = build_batch(problem, policy, self.cfg, self.run_cfg, self.generator)
+        kl = self.cfg.kl_coef > 0.0
+        if kl and self.reference is None:
+            self.reference = reference_policy(problem, policy)
+        if kl and self.cfg.kl_placement == "reward":
+            learned = kl_reward_problem(problem, policy, self.reference, self.cfg)  # type: ignore[arg-type]
+        else:
+            learned = problem
+        batch, adv = build_batch(learned, policy, self.cfg, self.run_cfg, self.generator)
         if self.run_cfg.update == "mirror":
             if policy.parameterization != "independent":
                 raise ValueError("the closed-form mirror step needs independent parameters")
@@ -192,7 +206,12 @@ class AlgorithmStep:
             return
         if self.optimizer is None or self.run_cfg.reset_optimizer:
             self.optimizer = make_optimizer(policy.parameters(), self.run_cfg)
-        policy_update(policy, self.optimizer, batch, adv, self.cfg, UpdateSettings(generator=self.generator))
+        logp_ref = None
+        if kl and self.cfg.kl_placement != "reward":
+            with torch.no_grad():
+                logp_ref = self.reference.token_logps(batch)  # type: ignore[union-attr]
+        policy_update(policy, self.optimizer, batch, adv, self.cfg,
+                      UpdateSettings(generator=self.generator, logp_ref=logp_ref))
 
 
 def track(

@@ -97,6 +97,9 @@ def test_kl_k1_k3_values():
     # reversed: log_r = log 2 ; k3 = 2 - log 2 - 1 = 1 - log 2 ; k1 = -log 2 (can be negative)
     close(kl_penalty(ref, lp, "k3"), [1.0 - math.log(2.0)])
     close(kl_penalty(ref, lp, "k1"), [-math.log(2.0)])
+    # k2 = (log 2)^2 / 2 either way
+    close(kl_penalty(lp, ref, "k2"), [math.log(2.0) ** 2 / 2])
+    close(kl_penalty(ref, lp, "k2"), [math.log(2.0) ** 2 / 2])
 
 
 def test_kl_k3_nonnegative_and_zero_at_equality():
@@ -111,8 +114,26 @@ def test_kl_k3_nonnegative_and_zero_at_equality():
     lpg = x.clone().requires_grad_()
     kl_penalty(lpg, x, "k3").sum().backward()
     close(lpg.grad, torch.zeros(41, dtype=DT))
-    with pytest.raises(ValueError):
-        kl_penalty(lp, ref, "k2")
+    with pytest.raises(ValueError, match="'k4' is not a registered KL estimator; expected one of \\('k3', 'k1', 'k2'"):
+        kl_penalty(lp, ref, "k4")
+
+
+def test_a_registered_kl_estimator_is_checked_where_it_enters(registered):
+    """A user's estimator joins the menu with one decorator; one that detaches its result is a one-line error."""
+    from seeupo.core.config import AlgorithmConfig
+    from seeupo.core.registry import KL_ESTIMATORS, register_kl_estimator
+    from seeupo.validation.errors import InputError
+
+    @register_kl_estimator("detached_k1")
+    def detached_k1(logp, logp_ref):
+        """k1 without its gradient."""
+        return (logp - logp_ref).detach()
+
+    registered.append((KL_ESTIMATORS, "detached_k1"))
+    assert AlgorithmConfig(kl_estimator="detached_k1").kl_estimator == "detached_k1"
+    lp = t([[math.log(0.5)]]).requires_grad_()
+    with pytest.raises(InputError, match="detached_k1.*KL estimates that require grad"):
+        kl_penalty(lp, t([[math.log(0.25)]]), "detached_k1")
 
 
 # ---------------------------------------------------------------------------------------------

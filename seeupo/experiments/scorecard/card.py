@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from seeupo.experiments.scorecard.base import sweep_points
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Capability, Context, Measured, Sizes
+from seeupo.experiments.scorecard.catalogue import entry as catalogue_entry
 from seeupo.experiments.scorecard.rules import Score, no_evidence
 
 FORMAT = "seeupo-scorecard/1"
@@ -78,11 +79,14 @@ class Card:
 def context(name: str, sizes: Sizes, out: Path | None, plugins: tuple[str, ...] = (),
             say: Callable[[str], None] = lambda m: None) -> Context:
     """What the capabilities measure ``name`` with: its exact-mode row of ``seeupo verify`` (optimizer,
-    step size, iterations per update), so that every algorithm takes the update ``verify`` gives it."""
+    step size, iterations per update), so that every algorithm takes the update ``verify`` gives it, with a
+    catalogue algorithm's published settings on top (its KL term: :attr:`~seeupo.experiments.scorecard.catalogue.Entry.published`)."""
     from seeupo.experiments.verify import algorithm_rows
 
     row = algorithm_rows([name], sizes.exact_epochs)[0]
-    return Context(name, row.config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
+    published = catalogue_entry(name)
+    config = row.config.replace(**dict(published.published)) if published is not None else row.config
+    return Context(name, config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
 
 
 def exact_refusal(ctx: Context) -> str | None:
@@ -101,12 +105,11 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
     the finished capabilities are kept and the card is marked partial (so does SIGTERM;
     ``Card.stopped_by`` names the signal).
     """
-    from seeupo.core.config import PRESETS
     from seeupo.experiments.check.run import SignalWatch
 
     start = time.perf_counter()
     ctx = context(name, sizes, out, plugins, say)
-    card = Card(name, PRESETS[name].to_dict(), list(plugins), sizes, {})
+    card = Card(name, ctx.config.to_dict(), list(plugins), sizes, {})
     refused = exact_refusal(ctx)
     chosen = [c for c in CAPABILITIES if only is None or c.name in only]
     with SignalWatch() as watch, one_thread():  # SIGTERM stops a card as Ctrl-C does
@@ -297,6 +300,10 @@ def markdown(card: Card) -> str:
         lines += ["**Partial**: stopped before every capability was measured.", ""]
     if card.plugins:
         lines += ["Plugins: " + ", ".join(f"`{p}`" for p in card.plugins), ""]
+    published = catalogue_entry(card.algorithm)
+    if published is not None and published.published:
+        lines += ["As published, on top of the preset: " + ", ".join(f"`{k}={v}`" for k, v in published.published)
+                  + " (the KL term's reference: the run's start policy).", ""]
     lines += ["| Capability | Score | Rule | Worst case | Evidence |", "|---|---|---|---|---|"]
     for cap in CAPABILITIES:
         if cap.name in card.measured:
