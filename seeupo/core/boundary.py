@@ -52,7 +52,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
-from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, KlEstimator, MFactor, PolicyLoss, TurnOrder, shown_path
+from seeupo.core.registry import (AdvantageEstimator, Aggregation, Entry, KlEstimator, MFactor, PolicyLoss,
+                                  RolloutCorrection, TurnOrder, shown_path)
 from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
@@ -165,6 +166,24 @@ def call_kl_estimator(entry: KlEstimator, logp: Tensor, logp_ref: Tensor, valid:
         _fail(entry, "KL estimates that require grad (logp does; a KL term in the loss differentiates them)",
               "estimates without grad (computed under no_grad, detached, or not from logp)")
     _finite(entry, "KL estimates", out, lambda: valid)
+    return out
+
+
+def call_rollout_correction(entry: RolloutCorrection, batch: SampleBatch, cfg: Any) -> Tensor:
+    """``entry.fn(batch, cfg)``, checked: a floating ``[n, L]`` tensor on the batch's device without gradient,
+    finite and ``>= 0`` on the valid tokens, the batch unchanged."""
+    before = _snapshot(_inputs(batch))
+    out = _call(entry, batch, cfg)
+    _unchanged(entry, before, _inputs(batch))
+    _tensor(entry, "correction weights", out, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
+            batch.logp_old.device)
+    if out.requires_grad:
+        _fail(entry, "weights without gradient (a correction reweights tokens; it is not trained)", "weights with grad")
+    valid = batch.token_mask & batch.valid[:, None]
+    _finite(entry, "correction weights", out, lambda: valid)
+    negative = valid & (out < 0)
+    if bool(negative.any()):
+        _fail(entry, "weights >= 0 on valid tokens", f"{int(negative.sum())} negative (first {float(out[negative][0])})")
     return out
 
 

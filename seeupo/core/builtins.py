@@ -145,6 +145,65 @@ def k3(logp: Any, logp_ref: Any) -> Any:
     return torch.exp(log_r) - log_r - 1.0
 
 
+# ---- rollout corrections: fn(batch, cfg) -> [n, L] weights >= 0 (seeupo.core.corrections has the formulas)
+
+
+def no_correction(batch: Any, cfg: Any) -> Any:
+    """No correction: the old log-probabilities recomputed, the behaviour policy ignored (weight 1)."""
+    import torch
+
+    return torch.ones_like(batch.logp_old)
+
+
+def token_is(batch: Any, cfg: Any) -> Any:
+    """Truncated importance sampling per token, ``min(pi_old / mu, correction_cap)`` (TIS)."""
+    from seeupo.core.corrections import token_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def sequence_is(batch: Any, cfg: Any) -> Any:
+    """The trajectory's importance ratio, truncated at ``correction_cap``."""
+    from seeupo.core.corrections import sequence_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def geometric_is(batch: Any, cfg: Any) -> Any:
+    """The geometric mean of the trajectory's token ratios, truncated at ``correction_cap``."""
+    from seeupo.core.corrections import geometric_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def token_mask(batch: Any, cfg: Any) -> Any:
+    """Tokens whose ratio lies outside ``[correction_floor, correction_cap]`` masked (rejection per token)."""
+    from seeupo.core.corrections import token_mask as impl
+
+    return impl(batch, cfg.correction_floor, cfg.correction_cap)
+
+
+def sequence_mask(batch: Any, cfg: Any) -> Any:
+    """Trajectories whose ratio lies outside ``[correction_floor, correction_cap]`` masked (rejection sampling)."""
+    from seeupo.core.corrections import sequence_mask as impl
+
+    return impl(batch, cfg.correction_floor, cfg.correction_cap)
+
+
+def decoupled(batch: Any, cfg: Any) -> Any:
+    """Decoupled PPO's behaviour weight ``pi_prox / mu`` per token (``pi_old`` the proximal policy), 0 above ``correction_cap``."""
+    from seeupo.core.corrections import decoupled as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def m2po(batch: Any, cfg: Any) -> Any:
+    """The tokens of largest ``(log pi_old / mu)^2`` masked until the rest's mean is at most ``m2_tau`` (M2PO)."""
+    from seeupo.core.corrections import m2po as impl
+
+    return impl(batch, cfg.m2_tau)
+
+
 # ---- the entries: (name, function, entry options), registered in this order (the first is each menu's first)
 
 ADV_ESTIMATORS = (
@@ -166,6 +225,16 @@ KL_ESTIMATORS = (
     ("k3", k3, dict()),
     ("k1", k1, dict()),
     ("k2", k2, dict()),
+)
+ROLLOUT_CORRECTIONS = (
+    ("none", no_correction, dict()),
+    ("token_is", token_is, dict()),
+    ("sequence_is", sequence_is, dict()),
+    ("geometric_is", geometric_is, dict()),
+    ("token_mask", token_mask, dict()),
+    ("sequence_mask", sequence_mask, dict()),
+    ("decoupled", decoupled, dict()),
+    ("m2po", m2po, dict()),
 )
 TURN_ORDERS = (
     ("reverse", reverse, dict()),

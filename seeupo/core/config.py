@@ -25,6 +25,7 @@ from seeupo.core.registry import (
     KL_ESTIMATORS,
     M_FACTORS,
     POLICY_LOSSES,
+    ROLLOUT_CORRECTIONS,
     TURN_ORDERS,
     NameClash,
     Registry,
@@ -83,6 +84,14 @@ class AlgorithmConfig:
         ``"loss_is"`` (in the loss, each token's estimate times its ratio ``pi / pi_old``), or
         ``"reward"`` (subtracted from each turn's reward before the advantages, verl's
         ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
+      correction: for rows drawn from a behaviour policy other than the one the update's old
+        log-probabilities score (``SampleBatch.logp_behaviour``: a stale policy, an inference
+        engine's sampler), a registered rollout correction
+        (:func:`seeupo.core.registry.register_rollout_correction`; built in: ``none``, ``token_is``,
+        ``sequence_is``, ``geometric_is``, ``token_mask``, ``sequence_mask``, ``decoupled``, ``m2po``;
+        :mod:`seeupo.core.corrections`). On policy every correction is 1.
+      correction_cap, correction_floor: the truncation of an importance weight and the bounds of a
+        mask (``[floor, cap]``); m2_tau: M2PO's bound on the mean squared log-ratio.
       aggregation: how token objectives become one number: a registered aggregation
         (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
       aggregation_rows: the rows an aggregation averages over: ``"turn"``, one per (trajectory, turn),
@@ -148,6 +157,10 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     kl_estimator: str = dataclasses.field(default="k3", metadata={"choices": KL_ESTIMATORS.names})
     kl_placement: KlPlacement = "loss"
+    correction: str = dataclasses.field(default="none", metadata={"choices": ROLLOUT_CORRECTIONS.names})
+    correction_cap: float = 2.0
+    correction_floor: float = 0.5
+    m2_tau: float = 0.04
     aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
     aggregation_rows: AggregationRows = "turn"
     epochs: int = 1
@@ -201,7 +214,8 @@ class AlgorithmConfig:
         return dataclasses.asdict(self)
 
 
-REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, KL_ESTIMATORS, TURN_ORDERS, M_FACTORS)
+REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, KL_ESTIMATORS, ROLLOUT_CORRECTIONS,
+                                    TURN_ORDERS, M_FACTORS)
 REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
 
 

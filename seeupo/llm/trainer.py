@@ -329,11 +329,14 @@ class Trainer:
         t_start = time.perf_counter()
         real = batch.token_mask & batch.valid[:, None]
         rollout_logp = batch.logp_old
-        # one optimizer step: its own passes score the old log-probabilities, no pass of their own
-        on_policy = is_on_policy(algo)
+        # one optimizer step: its own passes score the old log-probabilities, no pass of their own; a rollout
+        # correction needs them scored apart from the engine's (the behaviour policy's) log-probabilities
+        corrected = algo.correction != "none"
+        on_policy = is_on_policy(algo) and not corrected
         with torch.no_grad():
             if not on_policy:
-                batch = batch.with_updates(logp_old=score_rows(self.policy.token_logps, batch, dp))
+                batch = batch.with_updates(logp_old=score_rows(self.policy.token_logps, batch, dp),
+                                           logp_behaviour=rollout_logp if corrected else None)
             logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
             values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
         if algo.kl_coef > 0.0 and algo.kl_placement == "reward":  # the penalty enters before the advantages

@@ -195,7 +195,8 @@ def _linear_in_advantage(cfg: AlgorithmConfig, _functions: tuple[object, ...]) -
                for other, k in ((steps[1], -1.0), (steps[2], 2.0)))
 
 
-def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:
+def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                     behaviour: TabularPolicy | None = None) -> tuple[list[Tensor], Tensor]:
     """The expected first step of ``cfg``'s whole update per turn, ``[I, P_t]``, and its scale ``[I]``.
 
     The algorithm's own update (:func:`seeupo.core.update.policy_update`: its policy loss,
@@ -210,10 +211,12 @@ def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
     another the group-mates are enumerated (:func:`seeupo.tabular.rollout.exact_group_batch`), so
     that each group draw's advantage goes through the loss. The scale is ``sum_rows |c_i| sum_j
     |A_ij|`` (``c`` the aggregation's row coefficients): the size its terms could have had.
+    ``behaviour``: the rows are drawn from it instead of ``policy`` (off policy), and ``cfg.correction``
+    reweights them (:mod:`seeupo.tabular.behaviour`).
     """
     estimator = adv_estimator(cfg.advantage)
     closed_form = not (estimator.needs_group_stats and estimator.group_stats_closed_form) or linear_in_advantage(cfg)
-    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form)
+    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form, behaviour=behaviour)
     ascent = _first_step(policy, batch, adv, cfg)
     turns = _turn_parameters(policy)
     out = [_per_instance([ascent[p] for p in ps], ps) for ps in turns]

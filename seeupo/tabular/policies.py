@@ -81,6 +81,22 @@ class TabularPolicy(torch.nn.Module):
             return self.logits[k]
         return torch.einsum("npvd,id->inpv", getattr(self, f"features_{k}"), self.weights)
 
+    def token_log_probs(self) -> list[list[Tensor]]:
+        """Per turn, per token position ``j``: ``[I, N_t, V^j, V]``, ``log pi(y_j | h, y_<j)`` for every prefix."""
+        return [[torch.log_softmax(self._table(t, j), dim=-1) for j in range(length)]
+                for t, (_, length) in enumerate(self.tokens)]
+
+    @torch.no_grad()
+    def set_token_log_probs(self, tables: list[list[Tensor]]) -> None:
+        """Set an independent policy's token conditionals to ``tables`` (as :meth:`token_log_probs` gives them;
+        ``-inf`` for a token it never samples)."""
+        if self.parameterization != "independent":
+            raise ValueError("set_token_log_probs needs the 'independent' parameterization")
+        for t, turn_tables in enumerate(tables):
+            k0 = sum(len(s) for s in self._shapes[:t])
+            for j, table in enumerate(turn_tables):
+                self.logits[k0 + j].copy_(table.clamp_min(LOG_ZERO))
+
     def action_token_log_probs(self) -> list[Tensor]:
         """Per turn ``[I, N_t, A_t, L_t]``: ``log pi(y_j | h, y_<j)`` of each token of every action at every history
         (0 after an answer's end)."""

@@ -147,3 +147,34 @@ def test_a_kl_term_stops_the_run_at_its_regularised_optimum(estimator, placement
     history = run(problem, cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0, iterations=400))
     assert float(history.policy.action_probs()[0][0, 0, 1]) == pytest.approx(expected, abs=1e-6)
     assert float(history.J[-1, 0]) == pytest.approx(expected, abs=1e-6) and float(history.J_star[0]) == 1.0
+
+
+def test_a_stale_run_draws_each_update_s_rows_from_the_policy_k_updates_earlier():
+    """staleness=1: the first update is on policy; the second reads the start policy's rows while updating the
+    policy after the first, exactly as exact_advantages(..., behaviour=start) followed by the update."""
+    from seeupo.core.update import UpdateSettings, policy_update
+    from seeupo.tabular.kl import reference_policy
+    from seeupo.tabular.policies import TabularPolicy
+    from seeupo.tabular.rollout import exact_advantages
+    from seeupo.tabular.train import AlgorithmStep, make_optimizer
+
+    problem = random_token_bandit(2, 2, 2, 2, reward_levels=3, generator=torch.Generator().manual_seed(0))
+    cfg = preset("rloo", advantage="oracle", correction="sequence_is", correction_cap=1e6)
+    run_cfg = RunConfig(mode="exact", optimizer="sgd", lr=5.0, staleness=1)
+    stale = TabularPolicy(problem)
+    step = AlgorithmStep(cfg, run_cfg)
+    step(problem, stale)
+    first = reference_policy(problem, stale)
+    step(problem, stale)
+
+    by_hand = TabularPolicy(problem)
+    step_by_hand = AlgorithmStep(cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0))
+    step_by_hand(problem, by_hand)  # the same first update, on policy
+    start = reference_policy(problem, TabularPolicy(problem))
+    batch, adv = exact_advantages(problem, by_hand, cfg, behaviour=start)
+    assert batch.logp_behaviour is not None
+    policy_update(by_hand, make_optimizer(by_hand.parameters(), run_cfg), batch, adv, cfg,
+                  UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    for a, b in zip(stale.action_probs(), by_hand.action_probs()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert not all(torch.equal(a, b) for a, b in zip(stale.action_probs(), first.action_probs()))
