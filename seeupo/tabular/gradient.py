@@ -106,17 +106,22 @@ def _per_instance(grads: list[Tensor | None], params: list[Tensor]) -> Tensor:
     return torch.cat([(torch.zeros_like(p) if g is None else g).flatten(1) for g, p in zip(grads, params)], 1)
 
 
-def policy_gradient(problem: TreeMDP, policy: TabularPolicy) -> list[Tensor]:
-    """``grad J`` per turn, ``[I, P_t]`` (the turn's logits flattened per instance), by autograd through the exact ``J``."""
+def turn_gradients(value: Tensor, policy: TabularPolicy) -> list[Tensor]:
+    """The gradient of the scalar ``value`` (a sum over instances) per turn, ``[I, P_t]`` (the turn's logits flattened
+    per instance; an independent policy's instances have their own parameters)."""
     turns = _turn_parameters(policy)
     flat = [p for ps in turns for p in ps]
-    J = evaluate(problem, policy.action_probs()).J.sum()
-    grads = torch.autograd.grad(J, flat, allow_unused=True)
+    grads = torch.autograd.grad(value, flat, allow_unused=True)
     out, k = [], 0
     for ps in turns:
         out.append(_per_instance(list(grads[k: k + len(ps)]), ps))
         k += len(ps)
     return out
+
+
+def policy_gradient(problem: TreeMDP, policy: TabularPolicy) -> list[Tensor]:
+    """``grad J`` per turn, ``[I, P_t]`` (the turn's logits flattened per instance), by autograd through the exact ``J``."""
+    return turn_gradients(evaluate(problem, policy.action_probs()).J.sum(), policy)
 
 
 def expected_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:

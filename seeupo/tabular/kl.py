@@ -89,19 +89,6 @@ class KlGradients:
     forward: list[Tensor]
 
 
-def _per_turn(problem: TreeMDP, policy: TabularPolicy, value: Tensor) -> list[Tensor]:
-    from seeupo.tabular.gradient import _per_instance, _turn_parameters
-
-    turns = _turn_parameters(policy)
-    params = [p for ps in turns for p in ps]
-    grads = torch.autograd.grad(value, params, allow_unused=True)
-    out, k = [], 0
-    for ps in turns:
-        out.append(_per_instance(list(grads[k: k + len(ps)]), ps))
-        k += len(ps)
-    return out
-
-
 def _expected_term(problem: TreeMDP, policy: TabularPolicy, reference: TabularPolicy, cfg: AlgorithmConfig,
                    batch: SampleBatch) -> Tensor:
     """``E[sum over the trajectory's tokens of the term]`` on the exact batch (rows weighted by their path's
@@ -122,12 +109,13 @@ def kl_gradients(problem: TreeMDP, policy: TabularPolicy, reference: TabularPoli
     """The exact expected gradient of ``estimator`` in ``placement`` at ``policy`` (independent parameters; on
     policy: the batch drawn from ``policy``, every path weighted by its probability), beside the exact gradients
     of both KL directions of the trajectory distributions (module docstring)."""
+    from seeupo.tabular.gradient import turn_gradients
     from seeupo.tabular.rollout import exact_batch
 
     cfg = AlgorithmConfig(advantage="oracle", kl_estimator=estimator, kl_placement=placement, kl_coef=1.0)
     batch, _ = exact_batch(problem, policy, cfg)
-    term = _per_turn(problem, policy, _expected_term(problem, policy, reference, cfg, batch))
+    term = turn_gradients(_expected_term(problem, policy, reference, cfg, batch), policy)
     probs, ref_probs = policy.action_probs(), [p.detach() for p in reference.action_probs()]
-    reverse = _per_turn(problem, policy, kl_divergence(problem, probs, ref_probs).sum())
-    forward = _per_turn(problem, policy, kl_divergence(problem, ref_probs, policy.action_probs()).sum())
+    reverse = turn_gradients(kl_divergence(problem, probs, ref_probs).sum(), policy)
+    forward = turn_gradients(kl_divergence(problem, ref_probs, policy.action_probs()).sum(), policy)
     return KlGradients(term, reverse, forward)

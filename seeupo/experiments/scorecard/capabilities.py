@@ -486,6 +486,8 @@ def lm_bridge(ctx: Context) -> Measured:
 MONOTONE_RULE = ("share of runs whose exact J never fell by more than 1e-7 in one update and rose where it could "
                  "(an update that never moves J fails)")
 
+COSINE_RULE = "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0"
+
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
                ("monotonicity", "single-turn"), "Does an exact update ever lower J on one turn?",
@@ -544,12 +546,12 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("difficulty_weighting", "Prompts weighted as J weighs them", "prompt weighting",
                ("gradient", "prompts", "graded"),
                "With prompts whose rewards spread differently, does the update weigh each prompt as grad J does?",
-               "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0",
+               COSINE_RULE,
                True, difficulty_weighting, False, "anti_pg: 0"),
     Capability("length_weighting", "Answers weighted as J weighs them, whatever their length", "answer lengths",
                ("gradient", "lengths", "graded"),
                "With answers of different lengths (one prompt), does the update weigh each answer as grad J does?",
-               "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0",
+               COSINE_RULE,
                True, length_weighting, False,
                "anti_pg: 0; length_mean_pg (the exact advantage, each answer's tokens averaged): < 1"),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
