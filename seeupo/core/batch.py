@@ -45,6 +45,11 @@ class SampleBatch:
         process that holds the row's payload and runs it through the model. Every process
         holds every row's metadata (ids, rewards, masks, ``logp_old``); only the owner's
         ``data`` is meaningful. ``None`` in a single process.
+      logp_behaviour: ``[n, L]`` or ``None``; the log-probabilities of the tokens under the policy
+        that generated them (the behaviour policy ``mu``: a stale policy, an inference engine's
+        truncated sampler), where it differs from the policy ``logp_old`` scores. ``None``: the
+        rows were sampled from ``logp_old``'s policy (on policy). A rollout correction
+        (``AlgorithmConfig.correction``, :func:`seeupo.core.update.rollout_correction`) reads it.
     """
 
     traj_id: Tensor
@@ -59,6 +64,7 @@ class SampleBatch:
     instance: Tensor
     data: dict[str, Tensor] = field(default_factory=dict)
     owner: Tensor | None = None
+    logp_behaviour: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.traj_id.shape[0]
@@ -70,6 +76,8 @@ class SampleBatch:
                     raise ValueError(f"SampleBatch.{f.name} has {tensor.shape[0]} rows, expected {n}")
         if self.logp_old.shape != self.token_mask.shape:
             raise ValueError("SampleBatch.logp_old and token_mask must have the same shape [n, L]")
+        if self.logp_behaviour is not None and self.logp_behaviour.shape != self.token_mask.shape:
+            raise ValueError("SampleBatch.logp_behaviour and token_mask must have the same shape [n, L]")
 
     @property
     def num_rows(self) -> int:

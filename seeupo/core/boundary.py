@@ -52,7 +52,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from seeupo.core.batch import SampleBatch, segment_sum
-from seeupo.core.registry import AdvantageEstimator, Aggregation, Entry, MFactor, PolicyLoss, TurnOrder, shown_path
+from seeupo.core.registry import (AdvantageEstimator, Aggregation, Entry, KlEstimator, MFactor, PolicyLoss,
+                                  RolloutCorrection, TurnOrder, shown_path)
 from seeupo.validation.errors import InputError
 
 Tensor = torch.Tensor
@@ -152,6 +153,38 @@ def call_aggregation(entry: Aggregation, n_tokens: Tensor, weight: Tensor) -> tu
         _tensor(entry, what, value, tuple(n_tokens.shape), "[n] = " + _shape(n_tokens), n_tokens.device)
         _finite(entry, what, value, None, positions="rows")
     return out[0], out[1]
+
+
+def call_kl_estimator(entry: KlEstimator, logp: Tensor, logp_ref: Tensor, valid: Tensor) -> Tensor:
+    """``entry.fn(logp, logp_ref)``, checked: a floating ``[n, L]`` tensor on the inputs' device, finite on the
+    ``valid`` tokens, the inputs unchanged."""
+    before = _snapshot(_inputs(None, logp=logp, logp_ref=logp_ref))
+    out = _call(entry, logp, logp_ref)
+    _unchanged(entry, before, _inputs(None, logp=logp, logp_ref=logp_ref))
+    _tensor(entry, "KL estimates", out, tuple(logp.shape), "[n, L] = " + _shape(logp), logp.device)
+    if logp.requires_grad and torch.is_grad_enabled() and not out.requires_grad:
+        _fail(entry, "KL estimates that require grad (logp does; a KL term in the loss differentiates them)",
+              "estimates without grad (computed under no_grad, detached, or not from logp)")
+    _finite(entry, "KL estimates", out, lambda: valid)
+    return out
+
+
+def call_rollout_correction(entry: RolloutCorrection, batch: SampleBatch, cfg: Any) -> Tensor:
+    """``entry.fn(batch, cfg)``, checked: a floating ``[n, L]`` tensor on the batch's device without gradient,
+    finite and ``>= 0`` on the valid tokens, the batch unchanged."""
+    before = _snapshot(_inputs(batch))
+    out = _call(entry, batch, cfg)
+    _unchanged(entry, before, _inputs(batch))
+    _tensor(entry, "correction weights", out, tuple(batch.logp_old.shape), "[n, L] = " + _shape(batch.logp_old),
+            batch.logp_old.device)
+    if out.requires_grad:
+        _fail(entry, "weights without gradient (a correction reweights tokens; it is not trained)", "weights with grad")
+    valid = batch.token_mask & batch.valid[:, None]
+    _finite(entry, "correction weights", out, lambda: valid)
+    negative = valid & (out < 0)
+    if bool(negative.any()):
+        _fail(entry, "weights >= 0 on valid tokens", f"{int(negative.sum())} negative (first {float(out[negative][0])})")
+    return out
 
 
 def call_turn_order(entry: TurnOrder, num_turns: int, cfg: Any, generator: torch.Generator | None) -> list[int]:

@@ -121,6 +121,89 @@ def clipped(factor: Any, ratio: Any, cfg: Any) -> Any:
     return (factor * ratio.clamp(*cfg.m_clip).to(factor.dtype)).clamp(*cfg.m_clip)
 
 
+# ---- KL estimators: fn(logp, logp_ref) -> [n, L] per-token estimates of KL(pi || pi_ref) from samples of pi
+# (Schulman 2020, "Approximating KL divergence"); with log r = logp_ref - logp. Their gradients in expectation,
+# on policy: k1 in the loss 0, k2 grad KL(pi || ref) of one token's distribution, k3 grad KL(ref || pi); the
+# sequence-level facts are measured by seeupo.tabular.kl.
+
+
+def k1(logp: Any, logp_ref: Any) -> Any:
+    """``log pi - log pi_ref`` (unbiased for the value; verl's ``kl``)."""
+    return logp - logp_ref
+
+
+def k2(logp: Any, logp_ref: Any) -> Any:
+    """``(log pi - log pi_ref)^2 / 2`` (verl's ``mse``)."""
+    return 0.5 * (logp - logp_ref) ** 2
+
+
+def k3(logp: Any, logp_ref: Any) -> Any:
+    """``r - log r - 1`` with ``r = pi_ref / pi``: unbiased and non-negative (verl's ``low_var_kl``, clamped there)."""
+    import torch
+
+    log_r = logp_ref - logp
+    return torch.exp(log_r) - log_r - 1.0
+
+
+# ---- rollout corrections: fn(batch, cfg) -> [n, L] weights >= 0 (seeupo.core.corrections has the formulas)
+
+
+def no_correction(batch: Any, cfg: Any) -> Any:
+    """No correction: the old log-probabilities recomputed, the behaviour policy ignored (weight 1)."""
+    import torch
+
+    return torch.ones_like(batch.logp_old)
+
+
+def token_is(batch: Any, cfg: Any) -> Any:
+    """Truncated importance sampling per token, ``min(pi_old / mu, correction_cap)`` (TIS)."""
+    from seeupo.core.corrections import token_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def sequence_is(batch: Any, cfg: Any) -> Any:
+    """The trajectory's importance ratio, truncated at ``correction_cap``."""
+    from seeupo.core.corrections import sequence_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def geometric_is(batch: Any, cfg: Any) -> Any:
+    """The geometric mean of the trajectory's token ratios, truncated at ``correction_cap``."""
+    from seeupo.core.corrections import geometric_is as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def token_mask(batch: Any, cfg: Any) -> Any:
+    """Tokens whose ratio lies outside ``[correction_floor, correction_cap]`` masked (rejection per token)."""
+    from seeupo.core.corrections import token_mask as impl
+
+    return impl(batch, cfg.correction_floor, cfg.correction_cap)
+
+
+def sequence_mask(batch: Any, cfg: Any) -> Any:
+    """Trajectories whose ratio lies outside ``[correction_floor, correction_cap]`` masked (rejection sampling)."""
+    from seeupo.core.corrections import sequence_mask as impl
+
+    return impl(batch, cfg.correction_floor, cfg.correction_cap)
+
+
+def decoupled(batch: Any, cfg: Any) -> Any:
+    """Decoupled PPO's behaviour weight ``pi_prox / mu`` per token (``pi_old`` the proximal policy), 0 above ``correction_cap``."""
+    from seeupo.core.corrections import decoupled as impl
+
+    return impl(batch, cfg.correction_cap)
+
+
+def m2po(batch: Any, cfg: Any) -> Any:
+    """The tokens of largest ``(log pi_old / mu)^2`` masked until the rest's mean is at most ``m2_tau`` (M2PO)."""
+    from seeupo.core.corrections import m2po as impl
+
+    return impl(batch, cfg.m2_tau)
+
+
 # ---- the entries: (name, function, entry options), registered in this order (the first is each menu's first)
 
 ADV_ESTIMATORS = (
@@ -137,6 +220,21 @@ AGGREGATIONS = (
     ("token_mean", token_mean, dict()),
     ("seq_mean_token_mean", seq_mean_token_mean, dict()),
     ("seq_mean_token_sum", seq_mean_token_sum, dict()),
+)
+KL_ESTIMATORS = (
+    ("k3", k3, dict()),
+    ("k1", k1, dict()),
+    ("k2", k2, dict()),
+)
+ROLLOUT_CORRECTIONS = (
+    ("none", no_correction, dict()),
+    ("token_is", token_is, dict()),
+    ("sequence_is", sequence_is, dict()),
+    ("geometric_is", geometric_is, dict()),
+    ("token_mask", token_mask, dict()),
+    ("sequence_mask", sequence_mask, dict()),
+    ("decoupled", decoupled, dict()),
+    ("m2po", m2po, dict()),
 )
 TURN_ORDERS = (
     ("reverse", reverse, dict()),

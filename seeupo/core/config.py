@@ -22,8 +22,10 @@ from typing import Literal, get_args
 from seeupo.core.registry import (
     ADV_ESTIMATORS,
     AGGREGATIONS,
+    KL_ESTIMATORS,
     M_FACTORS,
     POLICY_LOSSES,
+    ROLLOUT_CORRECTIONS,
     TURN_ORDERS,
     NameClash,
     Registry,
@@ -37,7 +39,8 @@ GraeCenter = Literal["mean", "loo", "none"]
 GraeScale = Literal["none", "group_std", "batch_std"]
 RatioLevel = Literal["token", "sequence"]
 RatioScope = Literal["turn", "trajectory"]
-KlEstimator = Literal["k1", "k3"]
+AggregationRows = Literal["turn", "trajectory"]
+KlPlacement = Literal["loss", "loss_is", "reward"]
 Schedule = Literal["simultaneous", "sequential"]
 MAlignment = Literal["trajectory", "shuffled"]
 
@@ -75,9 +78,27 @@ class AlgorithmConfig:
         the product (the true ``pi(a|h) / pi_old(a|h)``).
       clip_eps_low, clip_eps_high: the clip range ``[1 - low, 1 + high]`` (0.2 in the paper).
       dual_clip: the dual-clip constant of Ye et al. 2020, or ``None``.
-      kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``).
+      kl_coef, kl_estimator: KL penalty to a reference policy (paper: 0.002 with ``k3``): a registered
+        estimator (:func:`seeupo.core.registry.register_kl_estimator`; built in ``k1``, ``k2``, ``k3``).
+      kl_placement: where the estimates go: ``"loss"`` (a term of the loss, verl's ``use_kl_loss``),
+        ``"loss_is"`` (in the loss, each token's estimate times its ratio ``pi / pi_old``), or
+        ``"reward"`` (subtracted from each turn's reward before the advantages, verl's
+        ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
+      correction: for rows drawn from a behaviour policy other than the one the update's old
+        log-probabilities score (``SampleBatch.logp_behaviour``: a stale policy, an inference
+        engine's sampler), a registered rollout correction
+        (:func:`seeupo.core.registry.register_rollout_correction`; built in: ``none``, ``token_is``,
+        ``sequence_is``, ``geometric_is``, ``token_mask``, ``sequence_mask``, ``decoupled``, ``m2po``;
+        :mod:`seeupo.core.corrections`). On policy every correction is 1.
+      correction_cap, correction_floor: the truncation of an importance weight and the bounds of a
+        mask (``[floor, cap]``); m2_tau: M2PO's bound on the mean squared log-ratio.
       aggregation: how token objectives become one number: a registered aggregation
         (:func:`seeupo.core.registry.register_aggregation`; see :func:`seeupo.core.losses.aggregate`).
+      aggregation_rows: the rows an aggregation averages over: ``"turn"``, one per (trajectory, turn),
+        as this toolkit lays out a batch, or ``"trajectory"``, one per trajectory holding every turn's
+        response tokens, as verl's multi-turn agent loop does (its ``loss_agg_mode`` then averages a
+        sequence's tokens over the whole trajectory). The same for ``token_mean``; a simultaneous
+        schedule only (a sequential one updates one turn's rows at a time).
       epochs, minibatches: passes over the batch and minibatches per pass (per turn, in a
         sequential schedule). The reference code uses 1 and 1 (docs/method.md §5).
 
@@ -134,8 +155,14 @@ class AlgorithmConfig:
     clip_eps_high: float = 0.2
     dual_clip: float | None = None
     kl_coef: float = 0.0
-    kl_estimator: KlEstimator = "k3"
+    kl_estimator: str = dataclasses.field(default="k3", metadata={"choices": KL_ESTIMATORS.names})
+    kl_placement: KlPlacement = "loss"
+    correction: str = dataclasses.field(default="none", metadata={"choices": ROLLOUT_CORRECTIONS.names})
+    correction_cap: float = 2.0
+    correction_floor: float = 0.5
+    m2_tau: float = 0.04
     aggregation: str = dataclasses.field(default="token_mean", metadata={"choices": AGGREGATIONS.names})
+    aggregation_rows: AggregationRows = "turn"
     epochs: int = 1
     minibatches: int = 1
     schedule: Schedule = "simultaneous"
@@ -154,6 +181,9 @@ class AlgorithmConfig:
         for name, allowed in choices().items():
             if name not in REGISTRY_FIELDS and getattr(self, name) not in allowed:
                 raise ValueError(f"AlgorithmConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.aggregation_rows == "trajectory" and self.schedule == "sequential":
+            raise ValueError("AlgorithmConfig.aggregation_rows='trajectory' needs schedule='simultaneous': a sequential "
+                             "update takes one turn's rows at a time, so no row holds a whole trajectory")
         if self.group_size < 2 and adv_estimator(self.advantage).needs_group_stats:
             raise ValueError(
                 f"AlgorithmConfig.group_size must be >= 2 for {self.advantage!r} (group statistics), got {self.group_size}"
@@ -184,8 +214,15 @@ class AlgorithmConfig:
         return dataclasses.asdict(self)
 
 
-REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, TURN_ORDERS, M_FACTORS)
+REGISTRIES: tuple[Registry, ...] = (ADV_ESTIMATORS, POLICY_LOSSES, AGGREGATIONS, KL_ESTIMATORS, ROLLOUT_CORRECTIONS,
+                                    TURN_ORDERS, M_FACTORS)
 REGISTRY_FIELDS: frozenset[str] = frozenset(r.field for r in REGISTRIES)
+
+
+def registered_functions(cfg: "AlgorithmConfig") -> tuple[object, ...]:
+    """The functions registered now under ``cfg``'s names, one per registry: with ``cfg``, the key of a result
+    memoised per algorithm (a function registered again under its name is a new algorithm)."""
+    return tuple(registry.get(getattr(cfg, registry.field)).fn for registry in REGISTRIES)
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -229,10 +266,11 @@ PRESETS: dict[str, AlgorithmConfig] = {
     ),
     # GRAE (group std) + sequence-level PPU, the sequence being the whole trajectory as in
     # mainstream multi-turn trainers (Zheng et al. 2025), with the paper's clip range
-    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index).
+    # (GSPO §5.1: "3e-4 and 4e-4"; verl's examples/gspo_trainer, TRL's paper index); its
+    # per-sequence token mean is over the trajectory's row too, as verl's agent loop lays it out.
     "gspo": AlgorithmConfig(
         name="gspo", preset="gspo", advantage="grae", grae_scale="group_std", update="ppo", ratio_level="sequence",
-        ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean",
+        ratio_scope="trajectory", length_norm=True, aggregation="seq_mean_token_mean", aggregation_rows="trajectory",
         clip_eps_low=3e-4, clip_eps_high=4e-4,
     ),
     # Leave-one-out GRAE + REINFORCE (Kool et al. 2019; Ahmadian et al. 2024).
@@ -260,7 +298,7 @@ BUILTIN_PRESETS: frozenset[str] = frozenset(PRESETS)
 # ...) are hyperparameters of the same algorithm and keep its name.
 IDENTITY_FIELDS: tuple[str, ...] = (
     "advantage", "gae_token_level", "grae_center", "grae_scale", "update", "ratio_level", "ratio_scope", "length_norm",
-    "aggregation", "schedule", "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment",
+    "aggregation", "aggregation_rows", "schedule", "order", "custom_order", "m_factor", "m_length_norm", "m_refresh", "m_alignment",
     "equal_budget",
 )
 

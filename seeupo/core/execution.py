@@ -19,7 +19,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
-from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients
+from seeupo.core.losses import kl_term, policy_objective, row_coefficients
 from seeupo.core.parallel import DataParallel, owned, owner_scored
 from seeupo.core.registry import policy_loss
 
@@ -242,10 +242,10 @@ def optimizer_step(
     first advances ``pending.factor`` from its finished rows (a trajectory's rows share a pass).
     """
     logp_ref, row_tokens, dp = settings.logp_ref, settings.row_tokens, settings.dp
-    if cfg.kl_coef > 0.0 and logp_ref is None:
+    if cfg.kl_coef > 0.0 and cfg.kl_placement != "reward" and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     trained = batch if pending is None else batch.with_updates(valid=batch.valid & ~pending.finished)
-    coef = row_coefficients(trained, cfg.aggregation)
+    coef = row_coefficients(trained, cfg.aggregation, cfg.aggregation_rows)
     token_coef = row_coefficients(trained, "token_mean")
     whole_trajectories = pending is not None or (
         policy_loss(cfg.update).surrogate and cfg.ratio_level == "sequence" and cfg.ratio_scope == "trajectory"
@@ -279,8 +279,8 @@ def optimizer_step(
             logp = torch.where(finished[:, None], micro.logp_old.to(logp.dtype), logp)  # ratio 1: adds exactly 0
         objective, info = policy_objective(logp, micro, micro_weight, cfg, coef=coef[rows], token_coef=token_coef[rows])
         loss = -objective
-        if cfg.kl_coef > 0.0:
-            kl = aggregate(kl_penalty(logp, logp_ref[rows], cfg.kl_estimator), micro, cfg.aggregation, coef[rows])
+        if cfg.kl_coef > 0.0 and cfg.kl_placement != "reward":
+            kl = kl_term(logp, micro, logp_ref[rows], cfg, coef[rows])
             loss = loss + cfg.kl_coef * kl
             kl_sum += float(kl.detach())
         if loss.requires_grad:  # a micro-batch of placeholder rows only has no graph (and adds 0)

@@ -1,4 +1,4 @@
-"""Policy losses: REINFORCE, the PPO-style clipped surrogate (token or sequence ratio), KL.
+"""Policy losses: REINFORCE, the PPO-style clipped surrogate (token or sequence ratio), the KL term.
 
 All functions take per-token tensors ``[n, L]`` aligned with a :class:`SampleBatch`
 and return objectives to **maximise** (the trainer negates the aggregate).
@@ -21,10 +21,10 @@ from typing import get_args
 
 import torch
 
-from seeupo.core.batch import SampleBatch, segment_sum
-from seeupo.core.boundary import call_aggregation, call_policy_loss
-from seeupo.core.config import AlgorithmConfig, KlEstimator, RatioLevel, RatioScope
-from seeupo.core.registry import aggregation as aggregation_entry, policy_loss
+from seeupo.core.batch import SampleBatch, per_trajectory, segment_sum
+from seeupo.core.boundary import call_aggregation, call_kl_estimator, call_policy_loss
+from seeupo.core.config import AggregationRows, AlgorithmConfig, KlPlacement, RatioLevel, RatioScope
+from seeupo.core.registry import aggregation as aggregation_entry, kl_estimator as kl_estimator_entry, policy_loss
 
 Tensor = torch.Tensor
 # A registered aggregation's name (:data:`seeupo.core.registry.AGGREGATIONS` lists them).
@@ -63,21 +63,58 @@ def clipped_surrogate(
     return obj
 
 
-def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: KlEstimator) -> Tensor:
-    """Per-token estimate of ``KL(pi || pi_ref)`` from samples of ``pi`` (Schulman 2020).
+def kl_penalty(logp: Tensor, logp_ref: Tensor, estimator: str, valid: Tensor | None = None) -> Tensor:
+    """Per-token estimates of ``KL(pi || pi_ref)`` by the registered ``estimator`` (built in: Schulman 2020's
+    ``k1``, ``k2``, ``k3``, :mod:`seeupo.core.builtins`), checked at the boundary (finite on ``valid`` tokens)."""
+    mask = valid if valid is not None else torch.ones_like(logp, dtype=torch.bool)
+    return call_kl_estimator(kl_estimator_entry(estimator), logp, logp_ref, mask)
 
-    ``k1 = log pi - log pi_ref``; ``k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1``
-    (non-negative; verl's ``low_var_kl``).
+
+def kl_term(logp: Tensor, batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig,
+            coef: Tensor | None = None) -> Tensor:
+    """The KL term of the loss (to minimise; the update multiplies it by ``cfg.kl_coef``): each token's estimate
+    (``cfg.kl_estimator``) aggregated as the policy objective is (``coef``: the minibatch's coefficients).
+
+    ``kl_placement="loss"``: the estimates as they are; on policy, in expectation, ``k1``'s gradient is 0,
+    ``k2``'s that of one token's ``KL(pi || ref)`` and ``k3``'s that of ``KL(ref || pi)``. ``"loss_is"``: each
+    estimate times its token's ratio ``pi / pi_old`` (differentiable), which makes it an estimate of
+    ``E_pi[k]`` from samples of ``pi_old``: ``k1`` and ``k3`` then give the gradient of ``KL(pi || ref)``
+    (Zhang et al. 2025, RPG, arXiv:2505.17508). ``"reward"``: no loss term (the penalty went into the
+    rewards before the advantages, :func:`kl_reward_penalty`); the exact gradients of each placement are
+    measured by :mod:`seeupo.tabular.kl`.
     """
-    if estimator == "k1":
-        return logp - logp_ref
-    if estimator == "k3":
-        log_r = logp_ref - logp
-        return torch.exp(log_r) - log_r - 1.0
-    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {get_args(KlEstimator)}")
+    if cfg.kl_placement == "reward":
+        return torch.zeros((), dtype=logp.dtype, device=logp.device)
+    real = batch.token_mask & batch.valid[:, None]
+    estimate = kl_penalty(logp, logp_ref, cfg.kl_estimator, real)
+    if cfg.kl_placement == "loss_is":
+        estimate = torch.exp(torch.where(real, logp - batch.logp_old, 0.0)) * estimate
+    elif cfg.kl_placement != "loss":
+        raise ValueError(f"unknown KL placement {cfg.kl_placement!r}; expected one of {get_args(KlPlacement)}")
+    return aggregate(estimate, batch, cfg.aggregation, coef, cfg.aggregation_rows)
 
 
-def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
+def kl_reward_penalty(batch: SampleBatch, logp_ref: Tensor, estimator: str) -> Tensor:
+    """``[n]``: each row's sum of its real tokens' KL estimates at the sampling policy (``batch.logp_old``), the
+    penalty that ``kl_placement="reward"`` subtracts (times ``kl_coef``) from the row's reward: a turn's tokens
+    share their turn's penalty (a row is a turn), as a sequence-level KL in the reward does (TRL's RLOO)."""
+    real = batch.token_mask & batch.valid[:, None]
+    with torch.no_grad():
+        estimate = kl_penalty(batch.logp_old, logp_ref, estimator, real)
+    return torch.where(real, estimate, 0.0).sum(1)
+
+
+def with_kl_in_reward(batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig, gamma: float = 1.0) -> SampleBatch:
+    """``batch`` with each row's reward lowered by ``cfg.kl_coef`` times :func:`kl_reward_penalty`, and each
+    trajectory's return by the same penalties discounted by ``gamma`` (``kl_placement="reward"``: verl's
+    ``use_kl_in_reward``, TRL's RLOO), before the advantages are computed."""
+    penalty = cfg.kl_coef * kl_reward_penalty(batch, logp_ref, cfg.kl_estimator).to(batch.reward.dtype)
+    discounted = penalty * gamma ** batch.turn.to(penalty.dtype)
+    per_traj = segment_sum(discounted, batch.traj_id, batch.num_trajectories)
+    return batch.with_updates(reward=batch.reward - penalty, traj_return=batch.traj_return - per_traj[batch.traj_id])
+
+
+def row_coefficients(batch: SampleBatch, mode: Aggregation, rows: AggregationRows = "turn") -> Tensor:
     """Per-row coefficients ``c`` with ``aggregate(values) = sum_i c_i * sum_j values[i, j]`` (real tokens).
 
     Computed once on a whole minibatch, the coefficients carry its normalisers (token count,
@@ -91,17 +128,35 @@ def row_coefficients(batch: SampleBatch, mode: Aggregation) -> Tensor:
     sums over the valid rows ``k`` of the same instance; ``c_i = 0`` on placeholders. Other
     registered aggregations (:func:`seeupo.core.registry.register_aggregation`) give their own
     ``(per_row, den_terms)``.
+
+    ``rows="trajectory"`` aggregates as if each trajectory were one row holding every turn's tokens
+    (verl's multi-turn agent loop lays out its batch so): the aggregation receives each trajectory's
+    token count and weight, and its coefficient goes to every row of the trajectory, which is exact
+    because a trajectory's sum of token values is the sum of its rows' sums. ``token_mean`` is the
+    same under both layouts; the per-sequence modes are not once trajectories differ in tokens.
     """
     real = batch.token_mask & batch.valid[:, None]
     dtype = batch.logp_old.dtype
     n_tokens = real.sum(1).to(dtype)
     w = batch.weight.to(dtype) * batch.valid.to(dtype)
-    per_row, den_terms = call_aggregation(aggregation_entry(mode), n_tokens, w)
-    den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
-    return per_row / den[batch.instance]
+    if rows == "turn":
+        per_row, den_terms = call_aggregation(aggregation_entry(mode), n_tokens, w)
+        den = segment_sum(den_terms, batch.instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
+        return per_row / den[batch.instance]
+    if rows != "trajectory":
+        raise ValueError(f"unknown aggregation rows {rows!r}; expected one of {get_args(AggregationRows)}")
+    n_traj = batch.num_trajectories
+    traj_tokens = segment_sum(n_tokens, batch.traj_id, n_traj)
+    valid = batch.valid  # a trajectory's valid rows share its weight
+    traj_weight = torch.zeros(n_traj, dtype=dtype, device=w.device).index_copy_(0, batch.traj_id[valid], w[valid])
+    traj_instance = per_trajectory(batch.instance, batch)
+    per_traj, den_terms = call_aggregation(aggregation_entry(mode), traj_tokens, traj_weight)
+    den = segment_sum(den_terms, traj_instance, batch.num_instances).clamp_min(torch.finfo(dtype).tiny)
+    return (per_traj / den[traj_instance])[batch.traj_id] * batch.valid.to(dtype)
 
 
-def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tensor | None = None) -> Tensor:
+def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tensor | None = None,
+              rows: AggregationRows = "turn") -> Tensor:
     """Reduce ``[n, L]`` per-token values to a scalar: a weighted mean per instance, summed over instances.
 
     * ``token_mean``: every real token of every valid row counts once (times its row weight);
@@ -112,10 +167,10 @@ def aggregate(values: Tensor, batch: SampleBatch, mode: Aggregation, coef: Tenso
     Summing (not averaging) over instances keeps each instance's gradient independent of
     how many instances share the call. ``coef`` (from :func:`row_coefficients` of the
     enclosing minibatch) replaces the normalisers of ``batch`` itself: pass it when ``batch``
-    is a micro-batch.
+    is a micro-batch. ``rows``: one row per (trajectory, turn) or per trajectory (:func:`row_coefficients`).
     """
     if coef is None:
-        coef = row_coefficients(batch, mode)
+        coef = row_coefficients(batch, mode, rows)
     real = batch.token_mask & batch.valid[:, None]
     row = torch.where(real, values, 0.0).sum(1)  # padding may hold anything, even -inf
     return (coef.to(values.dtype) * row).sum()
@@ -191,8 +246,8 @@ def policy_objective(
         cfg = (cfg or AlgorithmConfig()).replace(**settings)
     obj, clipped = call_policy_loss(policy_loss(cfg.update), logp_new, batch, adv, cfg)
     if clipped is None:
-        return aggregate(obj, batch, cfg.aggregation, coef), {"clip_frac": 0.0, "clipped_mass": 0.0}
+        return aggregate(obj, batch, cfg.aggregation, coef, cfg.aggregation_rows), {"clip_frac": 0.0, "clipped_mass": 0.0}
     with torch.no_grad():
         clipped_mass = float(aggregate(clipped.to(logp_new.dtype), batch, "token_mean", token_coef))
     stats = {"clip_frac": clipped_mass / max(batch.num_instances, 1), "clipped_mass": clipped_mass}
-    return aggregate(obj, batch, cfg.aggregation, coef), stats
+    return aggregate(obj, batch, cfg.aggregation, coef, cfg.aggregation_rows), stats

@@ -1,8 +1,8 @@
 """Registries of the algorithm's interchangeable pieces: advantage estimators, policy losses,
-aggregations, and the sequential schedule's turn orders and ``M`` factors.
+aggregations, KL estimators, rollout corrections, and the sequential schedule's turn orders and ``M`` factors.
 
 An algorithm of this toolkit names its pieces (``AlgorithmConfig.advantage``, ``.update``,
-``.aggregation``, ``.order``, ``.m_factor``); each name is an entry of a registry here. A new
+``.aggregation``, ``.kl_estimator``, ``.correction``, ``.order``, ``.m_factor``); each name is an entry of a registry here. A new
 piece is one decorated function, as in verl (``register_adv_est``, ``register_policy_loss``) and rlax::
 
     @register_adv_est("median_baseline", needs_group_stats=True)
@@ -29,6 +29,15 @@ Signatures (tensors are torch tensors; ``batch`` a :class:`seeupo.core.batch.Sam
   minibatch, ``n_tokens`` their real token counts and ``weight`` their row weights (0 on
   placeholders): the aggregate is ``sum_i per_row_i * sum_j x_ij / sum_{k in instance} den_terms_k``
   (see :func:`seeupo.core.losses.row_coefficients`).
+* KL estimator: ``fn(logp, logp_ref) -> [n, L]``, a per-token estimate of ``KL(pi || pi_ref)`` from
+  tokens sampled from the policy, ``logp`` their log-probabilities under it (differentiable) and
+  ``logp_ref`` under the reference (Schulman 2020's ``k1``, ``k2``, ``k3``). Where it sits
+  (``AlgorithmConfig.kl_placement``) decides which gradient its expectation gives:
+  :func:`seeupo.core.losses.kl_term` and :mod:`seeupo.tabular.kl`.
+* rollout correction: ``fn(batch, cfg) -> [n, L]``, a weight ``>= 0`` per token (0 masks it) for rows
+  sampled from a behaviour policy (``batch.logp_behaviour``) other than the one ``batch.logp_old``
+  scores; it multiplies the token's advantage, carries no gradient, and is 1 where the two agree
+  (:mod:`seeupo.core.corrections`).
 * turn order: ``fn(num_turns, cfg, generator) -> list[int]``, the order in which a sequential
   update visits the turns, a permutation of ``0..num_turns-1``; random draws come from
   ``generator`` (a CPU ``torch.Generator`` or ``None``).
@@ -167,6 +176,16 @@ class Aggregation(Entry):
 
 
 @dataclass(frozen=True)
+class KlEstimator(Entry):
+    """A registered per-token estimator of ``KL(pi || pi_ref)`` (``AlgorithmConfig.kl_estimator``)."""
+
+
+@dataclass(frozen=True)
+class RolloutCorrection(Entry):
+    """A registered rollout correction (``AlgorithmConfig.correction``; :mod:`seeupo.core.corrections`)."""
+
+
+@dataclass(frozen=True)
 class TurnOrder(Entry):
     """A registered order of a sequential update's turns (``AlgorithmConfig.order``)."""
 
@@ -245,6 +264,8 @@ class Registry(Generic[E]):
 ADV_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator", "advantage", AdvantageEstimator)
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "update", PolicyLoss)
 AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", "aggregation", Aggregation)
+KL_ESTIMATORS: Registry[KlEstimator] = Registry("KL estimator", "kl_estimator", KlEstimator)
+ROLLOUT_CORRECTIONS: Registry[RolloutCorrection] = Registry("rollout correction", "correction", RolloutCorrection)
 TURN_ORDERS: Registry[TurnOrder] = Registry("turn order", "order", TurnOrder)
 M_FACTORS: Registry[MFactor] = Registry("M factor", "m_factor", MFactor)
 
@@ -265,6 +286,18 @@ def register_policy_loss(name: str, **options: Any) -> Callable[[F], F]:
 def register_aggregation(name: str) -> Callable[[F], F]:
     """Register the decorated function as the loss aggregation ``name`` (see the module docstring)."""
     return AGGREGATIONS.register(name)
+
+
+def register_kl_estimator(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the KL estimator ``name`` (``AlgorithmConfig.kl_estimator``; module
+    docstring)."""
+    return KL_ESTIMATORS.register(name)
+
+
+def register_rollout_correction(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the rollout correction ``name`` (``AlgorithmConfig.correction``; module
+    docstring)."""
+    return ROLLOUT_CORRECTIONS.register(name)
 
 
 def register_turn_order(name: str) -> Callable[[F], F]:
@@ -288,6 +321,14 @@ def policy_loss(name: str) -> PolicyLoss:
 
 def aggregation(name: str) -> Aggregation:
     return AGGREGATIONS.get(name)
+
+
+def kl_estimator(name: str) -> KlEstimator:
+    return KL_ESTIMATORS.get(name)
+
+
+def rollout_correction(name: str) -> RolloutCorrection:
+    return ROLLOUT_CORRECTIONS.get(name)
 
 
 def _first_line(fn: Callable[..., Any]) -> str:
@@ -323,7 +364,8 @@ def shown_path(filename: str) -> str:
 
 # The paper's choices first, in their order, so that no later entry can take a built-in's name.
 for _registry, _table in ((ADV_ESTIMATORS, builtins.ADV_ESTIMATORS), (POLICY_LOSSES, builtins.POLICY_LOSSES),
-                          (AGGREGATIONS, builtins.AGGREGATIONS), (TURN_ORDERS, builtins.TURN_ORDERS),
+                          (AGGREGATIONS, builtins.AGGREGATIONS), (KL_ESTIMATORS, builtins.KL_ESTIMATORS),
+                          (ROLLOUT_CORRECTIONS, builtins.ROLLOUT_CORRECTIONS), (TURN_ORDERS, builtins.TURN_ORDERS),
                           (M_FACTORS, builtins.M_FACTORS)):
     for _name, _fn, _options in _table:
         _registry.register(_name, **_options)(_fn)

@@ -24,11 +24,12 @@ from typing import Protocol
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.core.boundary import call_estimator, call_turn_order
+from seeupo.core.boundary import call_estimator, call_rollout_correction, call_turn_order
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.execution import GradientSteps, Policy, UpdateSettings, UpdateStats
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
 from seeupo.core.registry import M_FACTORS, TURN_ORDERS, adv_estimator
+from seeupo.core.registry import rollout_correction as correction_entry
 
 Tensor = torch.Tensor
 
@@ -270,6 +271,14 @@ def final_factor(
     return advance_factor(stats.factor, policy, batch, stats.turn_order[-1], cfg)
 
 
+def rollout_correction(batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor:
+    """``[n, L]``: the weights of ``cfg.correction`` for ``batch``'s tokens (:mod:`seeupo.core.corrections`), checked at
+    the boundary; 1 everywhere when the batch was sampled on policy (``logp_behaviour`` is ``None``)."""
+    if batch.logp_behaviour is None:
+        return torch.ones_like(batch.logp_old)
+    return call_rollout_correction(correction_entry(cfg.correction), batch, cfg)
+
+
 def policy_update(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -290,6 +299,8 @@ def policy_update(
     With data parallelism (``settings.dp``, which only the execution reads) the result is the single-process update.
     """
     settings = settings if settings is not None else UpdateSettings()
+    if batch.logp_behaviour is not None:  # rows from another policy: the correction reweights their tokens
+        advantages = advantages * rollout_correction(batch, cfg).to(advantages.dtype)
     if settings.old_logps_from_update and not is_on_policy(cfg):
         raise ValueError("old_logps_from_update needs an update of one optimizer step (is_on_policy): "
                          f"schedule={cfg.schedule!r}, epochs={cfg.epochs}, minibatches={cfg.minibatches}")

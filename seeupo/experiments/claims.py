@@ -37,6 +37,7 @@ import torch
 
 from seeupo.core.config import preset
 from seeupo.experiments.verdicts import TABLE1_SEARCHES, Verdict, history_outcome, resolve_dir
+from seeupo.interrupts import ignore_interrupts_in_worker, interrupts_held_for_new_processes
 from seeupo.tabular.problems import random_sequential_bandit, random_token_bandit, random_tree_mdp
 from seeupo.tabular.train import RunConfig, run
 
@@ -603,7 +604,9 @@ def check_all(budget: Budget = DEFAULT, ids: list[str] | None = None, progress: 
     say(f"claims: {len(chosen)} claims from {len(order)} measurements on {processes} process(es); "
         "each claim is reported when its measurements are in")
     if processes > 1:
-        with mp.get_context("spawn").Pool(processes) as pool:
+        with interrupts_held_for_new_processes():  # the pool starts its workers here; Ctrl-C is this process's
+            pool = mp.get_context("spawn").Pool(processes, initializer=ignore_interrupts_in_worker)
+        with pool:  # terminated on leaving, Ctrl-C included
             for key, out in pool.imap_unordered(_run_job, order):
                 results[key] = out
                 judge_ready()

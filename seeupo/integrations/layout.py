@@ -19,22 +19,25 @@ A mean over every token of the batch does not see rows: both layouts hold the sa
 tokens, so ``token_mean`` is the same number in either. A mean over rows does: in the trajectory
 layout a trajectory's turns share one row (one weight in the row mean, one token count in the
 token mean), so ``seq_mean_token_mean`` and ``seq_mean_token_sum`` there are another loss than
-the one seeupo checks. The maps of :mod:`seeupo.integrations.verl` and
-:mod:`seeupo.integrations.trl` refuse them in that layout, in one line.
+the one seeupo checks on turn rows. seeupo computes that other loss too, with
+``AlgorithmConfig.aggregation_rows="trajectory"`` (:func:`seeupo.core.losses.row_coefficients`):
+a mean over rows maps to a trainer's only where the trainer's layout is the configuration's rows.
+The maps of :mod:`seeupo.integrations.verl` and :mod:`seeupo.integrations.trl` refuse the other
+pairs, in one line.
 
 This module imports neither verl nor TRL.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
+from seeupo.core.config import AggregationRows as RowLayout
 from seeupo.validation.errors import InputError
 
-RowLayout = Literal["turn", "trajectory"]
 ROW_LAYOUTS: tuple[str, ...] = get_args(RowLayout)
 
-# seeupo aggregation -> the layouts in which a trainer's loss of the same formula equals it
+# seeupo aggregation on turn rows -> the layouts in which a trainer's loss of the same formula equals it
 # (why: the module docstring; tested in tests/integrations/test_layout.py on one hand-made batch)
 EXACT_LAYOUTS: dict[str, tuple[str, ...]] = {
     "token_mean": ("turn", "trajectory"),
@@ -65,9 +68,11 @@ def check_layout(layout: str) -> RowLayout:
     return layout  # type: ignore[return-value]
 
 
-def layout_refusal(aggregation: str, layout: str | None, trainer: str, token_mean: str) -> str | None:
+def layout_refusal(aggregation: str, layout: str | None, trainer: str, token_mean: str, rows: str = "turn") -> str | None:
     """Why ``trainer``'s loss of seeupo's ``aggregation`` on rows of ``layout`` is not seeupo's, or ``None``.
 
+    ``rows``: what seeupo's aggregation averages over (``AlgorithmConfig.aggregation_rows``). A mean
+    over every token is the same in every layout; a mean over rows only where ``layout`` is ``rows``.
     ``layout=None``: the layout is not known, so only an aggregation exact in every layout passes.
     An aggregation this module does not know (a plugin's) is refused: its exactness is unknown.
     ``token_mean`` is the trainer's setting for seeupo's ``token_mean``, offered instead.
@@ -75,26 +80,31 @@ def layout_refusal(aggregation: str, layout: str | None, trainer: str, token_mea
     layouts = EXACT_LAYOUTS.get(aggregation)
     if layouts is None:
         return f"aggregation {aggregation!r} has no {trainer} equal (known: {', '.join(EXACT_LAYOUTS)})"
+    row_free = set(layouts) == set(ROW_LAYOUTS)
+    check_layout(rows)
     if layout is None:
-        if set(layouts) == set(ROW_LAYOUTS):
+        if row_free:
             return None
         return (f"aggregation {aggregation!r} averages over {trainer}'s rows and the row layout was not given: "
-                f"pass layout='turn' if each row is one turn, or use token_mean ({token_mean}, exact in every layout)")
-    if check_layout(layout) in layouts:
+                f"pass layout={rows!r} if each row is one {rows}, or use token_mean ({token_mean}, "
+                "exact in every layout)")
+    if check_layout(layout) == rows or row_free:
         return None
-    return (f"aggregation {aggregation!r} on {trainer} rows of layout={layout!r} (one row per trajectory) "
-            f"is not seeupo's mean over (trajectory, turn) rows; use token_mean ({token_mean}, exact in every layout), "
-            f"or rows of one turn (layout='turn')")
+    words = {"turn": "one row per turn", "trajectory": "one row per trajectory"}
+    return (f"aggregation {aggregation!r} on {trainer} rows of layout={layout!r} ({words[layout]}) "
+            f"is not seeupo's mean over its {rows} rows (aggregation_rows={rows!r}); use token_mean ({token_mean}, "
+            f"exact in every layout), or rows of one {rows} (layout={rows!r})")
 
 
-def verl_loss_agg_mode(aggregation: str, layout: str | None) -> str:
-    """verl's ``actor.loss_agg_mode`` computing seeupo's ``aggregation`` on rows of ``layout``, or a one-line InputError.
+def verl_loss_agg_mode(aggregation: str, layout: str | None, rows: str = "turn") -> str:
+    """verl's ``actor.loss_agg_mode`` computing seeupo's ``aggregation`` (over its ``rows``) on verl rows of
+    ``layout``, or a one-line InputError.
 
     ``token_mean`` -> ``token-mean`` in both layouts; ``seq_mean_token_mean`` ->
-    ``seq-mean-token-mean`` and ``seq_mean_token_sum`` -> ``seq-mean-token-sum`` with
-    ``layout="turn"`` only (:data:`VERL_LOSS_AGG_MODES` cites verl's formulas).
+    ``seq-mean-token-mean`` and ``seq_mean_token_sum`` -> ``seq-mean-token-sum`` where ``layout``
+    is ``rows`` (:data:`VERL_LOSS_AGG_MODES` cites verl's formulas).
     """
-    reason = layout_refusal(aggregation, layout, "verl", "loss_agg_mode=token-mean")
+    reason = layout_refusal(aggregation, layout, "verl", "loss_agg_mode=token-mean", rows)
     if reason is not None:
         raise InputError("aggregation", reason)
     return next(mode for mode, (agg, _) in VERL_LOSS_AGG_MODES.items() if agg == aggregation)

@@ -48,17 +48,18 @@ TRL_LOSS_TYPES: dict[str, str] = {
 }
 
 
-def trl_loss_type(aggregation: str, layout: str | None) -> str:
-    """TRL's ``GRPOConfig.loss_type`` reducing token losses as seeupo's ``aggregation`` on rows of ``layout``.
+def trl_loss_type(aggregation: str, layout: str | None, rows: str = "turn") -> str:
+    """TRL's ``GRPOConfig.loss_type`` reducing token losses on rows of ``layout`` as seeupo's ``aggregation`` over
+    its ``rows`` (``AlgorithmConfig.aggregation_rows``).
 
     ``token_mean`` -> ``"dapo"`` in both layouts; ``seq_mean_token_mean`` -> ``"grpo"`` and
-    ``seq_mean_token_sum`` -> ``"luspo"`` with ``layout="turn"`` only (TRL's ``luspo`` warns unless
+    ``seq_mean_token_sum`` -> ``"luspo"`` where ``layout`` is ``rows`` (TRL's ``luspo`` warns unless
     ``importance_sampling_level="sequence"``, and its reduction is ``seq_mean_token_sum`` either way).
     Anything else is a one-line :class:`~seeupo.validation.errors.InputError` naming the aggregation,
     the layout and what to use instead.
     """
     if aggregation in TRL_LOSS_TYPES:
-        reason = layout_refusal(aggregation, layout, "TRL", "loss_type='dapo'")
+        reason = layout_refusal(aggregation, layout, "TRL", "loss_type='dapo'", rows)
     else:
         reason = f"aggregation {aggregation!r} has no TRL loss_type (known: {', '.join(TRL_LOSS_TYPES)})"
     if reason is not None:

@@ -257,8 +257,8 @@ def verl_policy_loss(
                 f"loss_agg_mode={loss_agg_mode!r} has no seeupo aggregation; expected one of {tuple(LOSS_AGG_MODES)}"
             )
         agg, den_key = LOSS_AGG_MODES[loss_agg_mode]
-        # a mean over verl's rows is seeupo's only where a row is what seeupo's row is (a turn)
-        reason = layout_refusal(agg, layout, "verl", "loss_agg_mode=token-mean")
+        # a mean over verl's rows is seeupo's only where a row is what seeupo's row is (cfg.aggregation_rows)
+        reason = layout_refusal(agg, layout, "verl", "loss_agg_mode=token-mean", cfg.aggregation_rows)
         if reason is not None:
             raise InputError("loss_agg_mode", f"{loss_agg_mode!r}: {reason}")
         mask = response_mask.bool()

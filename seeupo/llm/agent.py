@@ -176,11 +176,12 @@ class EpisodeRecord:
 
 @dataclass
 class AgentRollout:
-    """The training batch and the logs of one rollout phase."""
+    """The training batch and the logs of one rollout phase; ``gamma``: the discount of its returns."""
 
     batch: SampleBatch
     turns: list[TurnRecord]
     episodes: list[EpisodeRecord]
+    gamma: float = 1.0
 
 
 def _with(params: SamplingParams, **changes) -> SamplingParams:
@@ -305,7 +306,7 @@ def run_episodes(
                       initial[k])
         for k in range(n_traj)
     ]
-    return AgentRollout(batch, turns, episodes)
+    return AgentRollout(batch, turns, episodes, gamma)
 
 
 def episode_discount(envs: list[Environment], gamma: float | None = None) -> float:

@@ -155,6 +155,9 @@ class TableLM(torch.nn.Module):
             raise ValueError("TableLM plays one instance: pass problem.instance(i)")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if problem.end_token is not None:
+            raise ValueError("TableLM spells every answer of a turn with the same number of symbols: a problem with "
+                             "an end_token (answers of different lengths) runs in the tabular engine only")
         L, alphabet = spelling.length, len(spelling.alphabet)
         for t, (vocab, length) in enumerate(problem.tokens):
             if length != L or (L > 1 and vocab != alphabet) or (L == 1 and vocab > alphabet):

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from seeupo.core.batch import SampleBatch
+from seeupo.core.losses import with_kl_in_reward
 from seeupo.core.parallel import DataParallel, owned, score_rows
 from seeupo.core.update import UpdateSettings, compute_advantages, is_on_policy, policy_update
 from seeupo.llm.agent import AgentLimits, AgentRollout, ChatDelta, NoPromptFits, run_episodes
@@ -291,12 +292,12 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One training step; returns its metrics."""
         t_start = time.perf_counter()
-        local = self.rollout(self.step_count + 1).batch
-        batch = gather_batch(local, self.dp) if self.dp is not None else local
+        rollout = self.rollout(self.step_count + 1)
+        batch = gather_batch(rollout.batch, self.dp) if self.dp is not None else rollout.batch
         if self.cfg.rollout.vllm_sleep:  # the update gets the engine's GPU memory
             self.engine.sleep()
         t_gen = time.perf_counter()
-        metrics = self.update(batch)
+        metrics = self.update(batch, rollout.gamma)
         metrics |= timing_metrics(metrics["perf/total_num_tokens"], gen_s=t_gen - t_start, step_s=time.perf_counter() - t_start)
         return metrics
 
@@ -319,21 +320,27 @@ class Trainer:
         except NoPromptFits:  # a setting the user chose, not a fault of the toolkit: one line, exit 2
             raise _no_prompt_fits(cfg.rollout.max_context, None) from None
 
-    def update(self, batch: SampleBatch) -> dict[str, float]:
+    def update(self, batch: SampleBatch, gamma: float = 1.0) -> dict[str, float]:
         """Score, advantages and the update on a rollout ``batch`` (with data parallelism: the
-        global batch of :func:`~seeupo.llm.distributed.gather_batch`); returns the step's metrics."""
+        global batch of :func:`~seeupo.llm.distributed.gather_batch`) whose returns are discounted by
+        ``gamma``; returns the step's metrics."""
         cfg, algo, dp = self.cfg, self.cfg.algorithm, self.dp
         step = self.step_count + 1
         t_start = time.perf_counter()
         real = batch.token_mask & batch.valid[:, None]
         rollout_logp = batch.logp_old
-        # one optimizer step: its own passes score the old log-probabilities, no pass of their own
-        on_policy = is_on_policy(algo)
+        # one optimizer step: its own passes score the old log-probabilities, no pass of their own; a rollout
+        # correction needs them scored apart from the engine's (the behaviour policy's) log-probabilities
+        corrected = algo.correction != "none"
+        on_policy = is_on_policy(algo) and not corrected
         with torch.no_grad():
             if not on_policy:
-                batch = batch.with_updates(logp_old=score_rows(self.policy.token_logps, batch, dp))
+                batch = batch.with_updates(logp_old=score_rows(self.policy.token_logps, batch, dp),
+                                           logp_behaviour=rollout_logp if corrected else None)
             logp_ref = score_rows(self.reference.logp_ref, batch, dp) if self.reference is not None else None
             values = score_rows(self.critic.values, batch, dp) if self.critic is not None else None
+        if algo.kl_coef > 0.0 and algo.kl_placement == "reward":  # the penalty enters before the advantages
+            batch = with_kl_in_reward(batch, logp_ref, algo, gamma)
         advantages = compute_advantages(batch, algo, critic_values=values)
         t_prep = time.perf_counter()
 

@@ -20,6 +20,7 @@ Independent parameters only (the copies must not share a table).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -50,9 +51,9 @@ def repeat(problem: TreeMDP, copies: int) -> TreeMDP:
     if problem.num_instances != 1:
         raise ValueError(f"repeat takes a one-instance problem, got {problem.num_instances} instances")
     rep = lambda x: x.expand(copies, *x.shape[1:]).clone()  # noqa: E731
-    return TreeMDP(rep(problem.initial_state_probs), problem.actions_per_turn, problem.obs_per_turn,
-                   [rep(x) for x in problem.obs_probs], [rep(x) for x in problem.rewards],
-                   [rep(x) for x in problem.terminal], problem.gamma, problem.tokens, problem.reward_noise)
+    return dataclasses.replace(problem, initial_state_probs=rep(problem.initial_state_probs),
+                               obs_probs=[rep(x) for x in problem.obs_probs], rewards=[rep(x) for x in problem.rewards],
+                               terminal=[rep(x) for x in problem.terminal])
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,13 @@ def trajectories(problem: TreeMDP, probs: list[Tensor]) -> Trajectories:
 @dataclass(frozen=True)
 class Draws:
     """Every group of ``G`` trajectories a one-instance problem can draw: draw ``d`` is instance ``d`` of
-    ``problem`` (the original repeated), with group ``d`` of ``batch``; ``prob[d]`` its probability (summing to 1)."""
+    ``problem`` (the original repeated), with group ``d`` of ``batch``; ``prob[d]`` its probability (summing to 1);
+    ``policy`` the drawing policy repeated on every instance (each draw's own copy, to update)."""
 
     problem: TreeMDP
     batch: SampleBatch
     prob: Tensor
+    policy: TabularPolicy
 
 
 def group_draws(problem: TreeMDP, policy: TabularPolicy, group_size: int, max_draws: int = MAX_DRAWS) -> Draws:
@@ -124,7 +127,7 @@ def group_draws(problem: TreeMDP, policy: TabularPolicy, group_size: int, max_dr
     group = torch.arange(n_draws).repeat_interleave(group_size)
     batch = _build_batch(repeated, copies, paths.hist[members], paths.action[members], paths.alive[members],
                          paths.reward[members], torch.ones(len(members), dtype=DTYPE), group, group)
-    return Draws(repeated, batch, torch.tensor(prob, dtype=DTYPE))
+    return Draws(repeated, batch, torch.tensor(prob, dtype=DTYPE), copies)
 
 
 @dataclass(frozen=True)
@@ -164,15 +167,15 @@ def one_sampled_update(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     algorithm's own update on each, each from its own copy of ``policy`` with a fresh ``optimizer`` (``"adam"`` or
     ``"sgd"``) of step ``lr``: the exact law of one sampled update (:class:`SampledUpdate`)."""
     from seeupo.tabular.gradient import _first_step
+    from seeupo.tabular.kl import start_as_reference
     from seeupo.tabular.train import RunConfig, make_optimizer
 
     if policy.parameterization != "independent":
         raise ValueError("the law of one sampled update needs independent parameters (each draw updates its own copy)")
     draws = group_draws(problem, policy, cfg.group_size, max_draws)
-    copies = TabularPolicy(draws.problem)
+    copies = draws.policy
     with torch.no_grad():
         start = policy.action_probs()
-        copies.set_action_probs([p.expand(len(draws.prob), *p.shape[1:]).clone() for p in start])
     batch = draws.batch
     estimator = adv_estimator(cfg.advantage)
     critic = critic_values(draws.problem, copies, batch) if estimator.needs_critic else None
@@ -181,7 +184,8 @@ def one_sampled_update(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmCo
     ascent = _first_step(copies, batch, adv, cfg)
     first = torch.cat([ascent[p].reshape(len(draws.prob), -1) for p in copies.parameters()], dim=1)
     step = make_optimizer(copies.parameters(), RunConfig(optimizer=optimizer, lr=lr))  # type: ignore[arg-type]
-    policy_update(copies, step, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    policy_update(copies, step, batch, adv, cfg, UpdateSettings(generator=torch.Generator().manual_seed(0),
+                                                                logp_ref=start_as_reference(batch, cfg)))
     with torch.no_grad():
         after = evaluate(draws.problem, copies.action_probs()).J
         before = float(evaluate(problem, start).J[0])

@@ -99,7 +99,7 @@ def optimal(problem: TreeMDP) -> Optimum:
     v_next = None
     for t in reversed(range(problem.num_turns)):
         Q[t] = _q_from_next(problem, t, v_next)
-        V[t], best = Q[t].max(-1)
+        V[t], best = Q[t].masked_fill(~problem.possible_actions(t), -torch.inf).max(-1)
         pol[t] = torch.nn.functional.one_hot(best, Q[t].shape[-1]).to(DTYPE)
         v_next = V[t]
     J = (problem.initial_state_probs * V[0]).sum(-1)

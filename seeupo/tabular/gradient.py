@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.core.config import AlgorithmConfig
+from seeupo.core.config import AlgorithmConfig, registered_functions
 from seeupo.core.losses import row_coefficients
-from seeupo.core.registry import AGGREGATIONS, M_FACTORS, POLICY_LOSSES, adv_estimator
+from seeupo.core.registry import adv_estimator
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy, uniform_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -106,17 +106,22 @@ def _per_instance(grads: list[Tensor | None], params: list[Tensor]) -> Tensor:
     return torch.cat([(torch.zeros_like(p) if g is None else g).flatten(1) for g, p in zip(grads, params)], 1)
 
 
-def policy_gradient(problem: TreeMDP, policy: TabularPolicy) -> list[Tensor]:
-    """``grad J`` per turn, ``[I, P_t]`` (the turn's logits flattened per instance), by autograd through the exact ``J``."""
+def turn_gradients(value: Tensor, policy: TabularPolicy) -> list[Tensor]:
+    """The gradient of the scalar ``value`` (a sum over instances) per turn, ``[I, P_t]`` (the turn's logits flattened
+    per instance; an independent policy's instances have their own parameters)."""
     turns = _turn_parameters(policy)
     flat = [p for ps in turns for p in ps]
-    J = evaluate(problem, policy.action_probs()).J.sum()
-    grads = torch.autograd.grad(J, flat, allow_unused=True)
+    grads = torch.autograd.grad(value, flat, allow_unused=True)
     out, k = [], 0
     for ps in turns:
         out.append(_per_instance(list(grads[k: k + len(ps)]), ps))
         k += len(ps)
     return out
+
+
+def policy_gradient(problem: TreeMDP, policy: TabularPolicy) -> list[Tensor]:
+    """``grad J`` per turn, ``[I, P_t]`` (the turn's logits flattened per instance), by autograd through the exact ``J``."""
+    return turn_gradients(evaluate(problem, policy.action_probs()).J.sum(), policy)
 
 
 def expected_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:
@@ -175,12 +180,11 @@ def linear_in_advantage(cfg: AlgorithmConfig) -> bool:
     does the expected advantage of each path (a group estimator's closed form) give the expected first step.
     Measured once per configuration and registered functions (a loss registered again under its name is probed
     again)."""
-    return _linear_in_advantage(cfg, *(registry.get(getattr(cfg, registry.field)).fn
-                                       for registry in (POLICY_LOSSES, AGGREGATIONS, M_FACTORS)))
+    return _linear_in_advantage(cfg, registered_functions(cfg))
 
 
 @functools.lru_cache(maxsize=256)
-def _linear_in_advantage(cfg: AlgorithmConfig, *_functions: object) -> bool:
+def _linear_in_advantage(cfg: AlgorithmConfig, _functions: tuple[object, ...]) -> bool:
     from seeupo.tabular.problems import stop_or_continue
     from seeupo.tabular.rollout import exact_batch
 
@@ -196,7 +200,8 @@ def _linear_in_advantage(cfg: AlgorithmConfig, *_functions: object) -> bool:
                for other, k in ((steps[1], -1.0), (steps[2], 2.0)))
 
 
-def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig) -> tuple[list[Tensor], Tensor]:
+def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                     behaviour: TabularPolicy | None = None) -> tuple[list[Tensor], Tensor]:
     """The expected first step of ``cfg``'s whole update per turn, ``[I, P_t]``, and its scale ``[I]``.
 
     The algorithm's own update (:func:`seeupo.core.update.policy_update`: its policy loss,
@@ -211,15 +216,17 @@ def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
     another the group-mates are enumerated (:func:`seeupo.tabular.rollout.exact_group_batch`), so
     that each group draw's advantage goes through the loss. The scale is ``sum_rows |c_i| sum_j
     |A_ij|`` (``c`` the aggregation's row coefficients): the size its terms could have had.
+    ``behaviour``: the rows are drawn from it instead of ``policy`` (off policy), and ``cfg.correction``
+    reweights them (:mod:`seeupo.tabular.behaviour`).
     """
     estimator = adv_estimator(cfg.advantage)
     closed_form = not (estimator.needs_group_stats and estimator.group_stats_closed_form) or linear_in_advantage(cfg)
-    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form)
+    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form, behaviour=behaviour)
     ascent = _first_step(policy, batch, adv, cfg)
     turns = _turn_parameters(policy)
     out = [_per_instance([ascent[p] for p in ps], ps) for ps in turns]
     real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
-    coef = row_coefficients(batch, cfg.aggregation).to(DTYPE).abs()
+    coef = row_coefficients(batch, cfg.aggregation, cfg.aggregation_rows).to(DTYPE).abs()
     terms = coef * (adv.detach().to(DTYPE).abs() * real).sum(1)
     scale = torch.zeros(problem.num_instances, dtype=DTYPE).index_add_(0, batch.instance, terms)
     return out, scale

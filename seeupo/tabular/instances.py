@@ -6,7 +6,8 @@ Sequential bandit (the paper's model)::
      "initial_state_probs": [p_1, ..., p_S0],           # sums to 1
      "actions_per_turn": [A_1, ..., A_T],
      "rewards": <nested list of shape S0 x A_1 x ... x A_T>,
-     "tokens": {"vocab_size": V, "length": L},          # optional: every A_t = V**L
+     "tokens": {"vocab_size": V, "length": L},          # optional: every A_t = V**L; with
+                                                        # "end_token": k, answers end at token k
      "reward_noise": 0.0}                               # optional: reward noise std (sampled mode)
 
 Tree MDP (flat history index ``h_{t+1} = (h_t * A_t + a_t) * O_t + o_t``, ``h_0 = s0``; turn
@@ -39,11 +40,13 @@ Limits (chosen so that a bad file fails in well under a second instead of hangin
 * :data:`MAX_ABS_VALUE` (1e9): the largest reward magnitude (and ``reward_noise``), so that
   values, advantages and every number ``seeupo`` prints stay finite;
 * ``tokens``: ``vocab_size`` at most 2**20 and ``length`` at most 64, with ``vocab_size**length``
-  at most :data:`MAX_CELLS` actions.
+  at most :data:`MAX_CELLS` actions; ``end_token`` one of its tokens. A policy file gives
+  probability 0 to an action spelled with a nonzero token after its end token (impossible).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -116,20 +119,22 @@ def _positive_ints(data: dict[str, Any], field: str, length: int | None = None) 
     return tuple(value)
 
 
-def _tokens(data: dict[str, Any], actions: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+def _tokens(data: dict[str, Any], actions: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...] | None, int | None]:
+    """The per-turn token spelling and the end token (``None`` each where the file gives none)."""
     if "tokens" not in data:
-        return None
+        return None, None
     spec = data["tokens"]
     if not isinstance(spec, dict):
-        raise InstanceError("tokens", 'must be {"vocab_size": V, "length": L}')
-    check_keys(spec, {"vocab_size", "length"}, where="tokens")
+        raise InstanceError("tokens", 'must be {"vocab_size": V, "length": L} (and optionally "end_token": k)')
+    check_keys(spec, {"vocab_size", "length"}, {"end_token"}, where="tokens")
     v = int_field(spec["vocab_size"], "tokens.vocab_size", 1, 2**20)
     length = int_field(spec["length"], "tokens.length", 1, 64)
     if length * math.log(v) > math.log(MAX_CELLS):
         raise InstanceError("tokens", f"{length} tokens from a vocabulary of {v} spell more than {MAX_CELLS} actions")
     if any(a != v**length for a in actions):
         raise InstanceError("tokens", f"{length} tokens from a vocabulary of {v} spell {v**length} actions; every actions_per_turn entry must equal it")
-    return tuple((v, length) for _ in actions)
+    end = int_field(spec["end_token"], "tokens.end_token", 0, v - 1) if "end_token" in spec else None
+    return tuple((v, length) for _ in actions), end
 
 
 def _scalar(data: dict[str, Any], field: str, default: float, low: float, high: float) -> float:
@@ -159,12 +164,14 @@ def problem_from_dict(data: Any, max_cells: int = MAX_CELLS) -> TreeMDP:
         raise InstanceError("initial_state_probs", "must be a non-empty flat list")
     _probabilities(rho, "initial_state_probs")
     actions = _positive_ints(data, "actions_per_turn")
-    tokens = _tokens(data, actions)
+    tokens, end_token = _tokens(data, actions)
     noise = _scalar(data, "reward_noise", 0.0, 0.0, MAX_ABS_VALUE)
     if kind == "sequential_bandit":
         _check_size(table_cells(rho.size, actions), max_cells)
         rewards = _array(data, "rewards", (rho.size, *actions))
-        return sequential_bandit(torch.tensor(rho, dtype=DTYPE), actions, torch.tensor(rewards, dtype=DTYPE), tokens=tokens, reward_noise=noise)
+        problem = sequential_bandit(torch.tensor(rho, dtype=DTYPE), actions, torch.tensor(rewards, dtype=DTYPE),
+                                    tokens=tokens, reward_noise=noise)
+        return dataclasses.replace(problem, end_token=end_token)
 
     obs = _positive_ints(data, "observations_per_turn", len(actions))
     _check_size(table_cells(rho.size, actions, obs), max_cells)
@@ -191,7 +198,7 @@ def problem_from_dict(data: Any, max_cells: int = MAX_CELLS) -> TreeMDP:
             n *= a * o
     return TreeMDP(
         torch.tensor(rho, dtype=DTYPE)[None], actions, obs, tables["observation_probs"], tables["rewards"],
-        tables["terminal"], gamma, tokens, noise,
+        tables["terminal"], gamma, tokens, noise, end_token,
     )
 
 
@@ -231,6 +238,8 @@ def problem_to_dict(problem: TreeMDP, instance: int = 0) -> dict[str, Any]:
     vocab, length = p.tokens[0]
     if length > 1:
         out["tokens"] = {"vocab_size": vocab, "length": length}
+        if p.end_token is not None:
+            out["tokens"]["end_token"] = p.end_token
     if p.reward_noise:
         out["reward_noise"] = p.reward_noise
     return out
@@ -249,6 +258,11 @@ def policy_from_dict(data: Any, problem: TreeMDP) -> list[Tensor]:
         name = f"action_probs[{t}]"
         arr = _array({name: tables[t]}, name, (problem.num_histories(t), a))
         _probabilities(arr, name)
+        impossible = (~problem.possible_actions(t)).nonzero().squeeze(1).tolist()
+        played = [k for k in impossible if arr[:, k].any()]
+        if played:
+            raise InstanceError(name, f"action {played[0]} is impossible (a nonzero token after the end token "
+                                      f"{problem.end_token}) but has positive probability")
         out.append(torch.tensor(arr, dtype=DTYPE)[None])
     return out
 

@@ -21,18 +21,10 @@ from typing import Literal
 import torch
 
 from seeupo.core.batch import SampleBatch
-from seeupo.tabular.problems import DTYPE, TreeMDP
+from seeupo.tabular.problems import DTYPE, TreeMDP, token_digits
 
 Tensor = torch.Tensor
 LOG_ZERO = -1e30  # log(0) that stays finite under subtraction
-
-
-def token_digits(actions: Tensor, vocab: int, length: int) -> tuple[Tensor, Tensor]:
-    """``(prefix, token)``, each ``[..., L]``: the prefix index before token ``j`` and token ``j`` of each action."""
-    powers = vocab ** torch.arange(length - 1, -1, -1)  # V^(L-1), ..., 1
-    prefix = actions[..., None] // (powers * vocab)
-    token = (actions[..., None] // powers) % vocab
-    return prefix, token
 
 
 class TabularPolicy(torch.nn.Module):
@@ -55,6 +47,8 @@ class TabularPolicy(torch.nn.Module):
         self.tokens = problem.tokens
         self.num_instances = problem.num_instances
         self.max_tokens = problem.max_tokens
+        self.answer_lengths = [problem.answer_lengths(t) for t in range(problem.num_turns)]
+        self.possible_actions = [problem.possible_actions(t) for t in range(problem.num_turns)]
         shapes = [
             [(problem.num_histories(t), vocab**j, vocab) for j in range(length)]
             for t, (vocab, length) in enumerate(problem.tokens)
@@ -87,24 +81,48 @@ class TabularPolicy(torch.nn.Module):
             return self.logits[k]
         return torch.einsum("npvd,id->inpv", getattr(self, f"features_{k}"), self.weights)
 
-    def action_log_probs(self) -> list[Tensor]:
-        """Per turn ``[I, N_t, A_t]``: ``log pi(a | h)`` for every history and action."""
+    def token_log_probs(self) -> list[list[Tensor]]:
+        """Per turn, per token position ``j``: ``[I, N_t, V^j, V]``, ``log pi(y_j | h, y_<j)`` for every prefix."""
+        return [[torch.log_softmax(self._table(t, j), dim=-1) for j in range(length)]
+                for t, (_, length) in enumerate(self.tokens)]
+
+    @torch.no_grad()
+    def set_token_log_probs(self, tables: list[list[Tensor]]) -> None:
+        """Set an independent policy's token conditionals to ``tables`` (as :meth:`token_log_probs` gives them;
+        ``-inf`` for a token it never samples)."""
+        if self.parameterization != "independent":
+            raise ValueError("set_token_log_probs needs the 'independent' parameterization")
+        for t, turn_tables in enumerate(tables):
+            k0 = sum(len(s) for s in self._shapes[:t])
+            for j, table in enumerate(turn_tables):
+                self.logits[k0 + j].copy_(table.clamp_min(LOG_ZERO))
+
+    def action_token_log_probs(self) -> list[Tensor]:
+        """Per turn ``[I, N_t, A_t, L_t]``: ``log pi(y_j | h, y_<j)`` of each token of every action at every history
+        (0 after an answer's end)."""
         out = []
         for t, (vocab, length) in enumerate(self.tokens):
             prefix, token = token_digits(torch.arange(vocab**length), vocab, length)
-            total = 0.0
+            spelled = torch.arange(length)[None, :] < self.answer_lengths[t][:, None]  # [A, L]
+            columns = []
             for j in range(length):
                 logp = torch.log_softmax(self._table(t, j), dim=-1)  # [I, N, V^j, V]
-                total = total + logp[:, :, prefix[:, j], token[:, j]]
-            out.append(total)
+                columns.append(torch.where(spelled[:, j], logp[:, :, prefix[:, j], token[:, j]], 0.0))
+            out.append(torch.stack(columns, -1))
         return out
+
+    def action_log_probs(self) -> list[Tensor]:
+        """Per turn ``[I, N_t, A_t]``: ``log pi(a | h)`` for every history and action (:data:`LOG_ZERO` for an
+        impossible one: a nonzero token after the end token)."""
+        return [torch.where(possible, tokens.sum(-1), LOG_ZERO)
+                for tokens, possible in zip(self.action_token_log_probs(), self.possible_actions)]
 
     def action_probs(self) -> list[Tensor]:
         """Per turn ``[I, N_t, A_t]``: ``pi(a | h)``."""
         return [lp.exp() for lp in self.action_log_probs()]
 
     def token_logps(self, batch: SampleBatch) -> Tensor:
-        """``[n, L_max]`` per-token log-probabilities of the batch's actions (0 on padding)."""
+        """``[n, L_max]`` per-token log-probabilities of the batch's actions (0 on padding, and after an answer's end)."""
         hist, action = batch.data["hist"], batch.data["action"]
         out = torch.zeros(batch.num_rows, self.max_tokens, dtype=DTYPE)
         for t, (vocab, length) in enumerate(self.tokens):
@@ -116,7 +134,8 @@ class TabularPolicy(torch.nn.Module):
             prefix, token = token_digits(action[rows], vocab, length)
             inst, h = batch.instance[rows], hist[rows]
             cols = [torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j], token[:, j]] for j in range(length)]
-            out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1))
+            spelled = torch.arange(length)[None, :] < self.answer_lengths[t][action[rows]][:, None]
+            out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
         return out
 
     @torch.no_grad()
@@ -141,8 +160,9 @@ class TabularPolicy(torch.nn.Module):
 
 
 def uniform_probs(problem: TreeMDP) -> list[Tensor]:
-    """The uniform policy, per turn ``[I, N_t, A_t]``."""
-    return [
-        torch.full((problem.num_instances, problem.num_histories(t), a), 1.0 / a, dtype=DTYPE)
-        for t, a in enumerate(problem.actions_per_turn)
-    ]
+    """The uniform policy over the possible actions, per turn ``[I, N_t, A_t]``."""
+    out = []
+    for t in range(problem.num_turns):
+        possible = problem.possible_actions(t).to(DTYPE)
+        out.append((possible / possible.sum()).expand(problem.num_instances, problem.num_histories(t), -1).clone())
+    return out

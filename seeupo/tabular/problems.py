@@ -16,10 +16,16 @@ holds the turn index, the turn-``t`` policy is a separate "virtual agent" (docs/
 * **Token actions**: the turn-``t`` action is a sequence of ``L_t`` tokens from a vocabulary
   of ``V_t`` (``A_t = V_t ** L_t``, most significant token first), so token-level and
   sequence-level updates differ.
+* **Answers of different lengths**: with an ``end_token``, an answer ends at its first end
+  token (which it spells, as a language model spells its end-of-sequence token) or after
+  ``L_t`` tokens. It keeps the index of its spelling padded with token 0; the other indices
+  (a nonzero token after the end) are impossible actions: probability 0 under every policy,
+  never optimal. Token-level aggregations then weigh answers by their lengths.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -46,6 +52,8 @@ class TreeMDP:
       gamma: discount per turn; the return is ``sum_t gamma^t r_t``.
       tokens: per turn ``(V_t, L_t)``, how an action is spelled as tokens.
       reward_noise: standard deviation of Gaussian noise added to each reward in sampled rollouts.
+      end_token: the token that ends an answer early (see the module docstring); ``None``: every
+        turn-``t`` answer has ``L_t`` tokens.
     """
 
     initial_state_probs: Tensor
@@ -57,6 +65,7 @@ class TreeMDP:
     gamma: float = 1.0
     tokens: tuple[tuple[int, int], ...] | None = None
     reward_noise: float = 0.0
+    end_token: int | None = None
 
     def __post_init__(self) -> None:
         if self.tokens is None:
@@ -71,6 +80,9 @@ class TreeMDP:
                     raise ValueError(f"{name}[{t}] has shape {tuple(getattr(self, name)[t].shape)}, expected {expected}")
         if not bool(self.terminal[-1].all()):
             raise ValueError("every episode must end at the last turn (terminal[-1] all True)")
+        if self.end_token is not None and not all(0 <= self.end_token < v for v, length in self.tokens if length > 1):
+            raise ValueError(f"end_token {self.end_token} is not a token of every turn with several tokens: "
+                             f"vocabularies {[v for v, _ in self.tokens]}")
 
     @property
     def num_instances(self) -> int:
@@ -92,19 +104,39 @@ class TreeMDP:
     def max_tokens(self) -> int:
         return max(length for _, length in self.tokens)
 
+    def answer_lengths(self, t: int) -> Tensor:
+        """``[A_t]`` long: how many tokens each turn-``t`` action spells (``L_t`` without an ``end_token``)."""
+        vocab, length = self.tokens[t]
+        if self.end_token is None or length == 1:
+            return torch.full((vocab**length,), length, dtype=torch.long)
+        _, token = token_digits(torch.arange(vocab**length), vocab, length)
+        ends = token[:, :-1] == self.end_token  # the last token ends the answer whatever it is
+        return torch.where(ends.any(1), ends.long().argmax(1), length - 1) + 1
+
+    def possible_actions(self, t: int) -> Tensor:
+        """``[A_t]`` bool: the actions a policy can play (all without an ``end_token``; see the module docstring)."""
+        vocab, length = self.tokens[t]
+        _, token = token_digits(torch.arange(vocab**length), vocab, length)
+        after_end = torch.arange(length)[None, :] >= self.answer_lengths(t)[:, None]
+        return ~(after_end & (token != 0)).any(1)
+
     def instance(self, i: int) -> "TreeMDP":
         """The single-instance problem ``i`` (a batch of one)."""
-        return TreeMDP(
-            self.initial_state_probs[i : i + 1],
-            self.actions_per_turn,
-            self.obs_per_turn,
-            [x[i : i + 1] for x in self.obs_probs],
-            [x[i : i + 1] for x in self.rewards],
-            [x[i : i + 1] for x in self.terminal],
-            self.gamma,
-            self.tokens,
-            self.reward_noise,
+        return dataclasses.replace(
+            self,
+            initial_state_probs=self.initial_state_probs[i : i + 1],
+            obs_probs=[x[i : i + 1] for x in self.obs_probs],
+            rewards=[x[i : i + 1] for x in self.rewards],
+            terminal=[x[i : i + 1] for x in self.terminal],
         )
+
+
+def token_digits(actions: Tensor, vocab: int, length: int) -> tuple[Tensor, Tensor]:
+    """``(prefix, token)``, each ``[..., L]``: the prefix index before token ``j`` and token ``j`` of each action."""
+    powers = vocab ** torch.arange(length - 1, -1, -1)  # V^(L-1), ..., 1
+    prefix = actions[..., None] // (powers * vocab)
+    token = (actions[..., None] // powers) % vocab
+    return prefix, token
 
 
 def sequential_bandit(
@@ -164,16 +196,19 @@ def random_sequential_bandit(
     num_initial_states: int = 1,
     reward_levels: int | None = None,
     tokens: tuple[int, int] | None = None,
+    end_token: int | None = None,
     generator: torch.Generator | None = None,
 ) -> TreeMDP:
-    """Random sequential bandits; with ``tokens=(V, L)`` every action is ``L`` tokens (``A_t = V**L``)."""
+    """Random sequential bandits; with ``tokens=(V, L)`` every action is ``L`` tokens (``A_t = V**L``), and with
+    an ``end_token`` as many as it takes to spell that token (answers of different lengths)."""
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     if tokens is not None:
         actions_per_turn = tuple(tokens[0] ** tokens[1] for _ in actions_per_turn)
     rho = _random_simplex((num_instances, num_initial_states), gen)
     rewards = _random_rewards((num_instances, num_initial_states, *actions_per_turn), reward_levels, gen)
     token_spec = tuple(tokens for _ in actions_per_turn) if tokens is not None else None
-    return sequential_bandit(rho, tuple(actions_per_turn), rewards, tokens=token_spec)
+    problem = sequential_bandit(rho, tuple(actions_per_turn), rewards, tokens=token_spec)
+    return dataclasses.replace(problem, end_token=end_token) if end_token is not None else problem
 
 
 def random_token_bandit(
@@ -183,12 +218,13 @@ def random_token_bandit(
     length: int,
     *,
     reward_levels: int | None = None,
+    end_token: int | None = None,
     generator: torch.Generator | None = None,
 ) -> TreeMDP:
-    """A sequential bandit whose actions are ``length`` tokens from ``vocab_size``."""
-    return random_sequential_bandit(
-        num_instances, (1,) * num_turns, reward_levels=reward_levels, tokens=(vocab_size, length), generator=generator
-    )
+    """A sequential bandit whose actions are ``length`` tokens from ``vocab_size`` (at most ``length``, ending at
+    ``end_token``, when one is given)."""
+    return random_sequential_bandit(num_instances, (1,) * num_turns, reward_levels=reward_levels,
+                                    tokens=(vocab_size, length), end_token=end_token, generator=generator)
 
 
 def random_tree_mdp(

@@ -55,15 +55,17 @@ def _build_batch(
     traj_weight: Tensor,
     traj_group: Tensor,
     traj_instance: Tensor,
+    behaviour: TabularPolicy | None = None,
 ) -> SampleBatch:
-    """Rows (trajectory-major) from per-turn ``[n_traj, T]`` tables; ``logp_old`` from ``policy``."""
+    """Rows (trajectory-major) from per-turn ``[n_traj, T]`` tables; ``logp_old`` from ``policy``, and
+    ``logp_behaviour`` from ``behaviour`` where the rows were drawn from it."""
     n_traj, num_turns = hist.shape
     discount = problem.gamma ** torch.arange(num_turns, dtype=DTYPE)
     traj_return = (reward * alive.to(DTYPE) * discount).sum(1)
     rep = lambda x: x[:, None].expand(n_traj, num_turns).reshape(-1)  # noqa: E731
-    lengths = torch.tensor([length for _, length in problem.tokens])
     turn = torch.arange(num_turns).repeat(n_traj)
-    token_mask = torch.arange(problem.max_tokens)[None, :] < lengths[turn][:, None]
+    lengths = torch.stack([problem.answer_lengths(t)[action[:, t]] for t in range(num_turns)], 1).reshape(-1)
+    token_mask = torch.arange(problem.max_tokens)[None, :] < lengths[:, None]
     batch = SampleBatch(
         traj_id=rep(torch.arange(n_traj)),
         group_id=rep(traj_group),
@@ -79,7 +81,8 @@ def _build_batch(
     )
     with torch.no_grad():
         logp = policy.token_logps(batch)
-    return batch.with_updates(logp_old=logp * token_mask)
+        logp_behaviour = behaviour.token_logps(batch) * token_mask if behaviour is not None else None
+    return batch.with_updates(logp_old=logp * token_mask, logp_behaviour=logp_behaviour)
 
 
 @torch.no_grad()
@@ -194,8 +197,14 @@ def exact_advantages(
     *,
     closed_form: bool = True,
     max_rows: int = MAX_ROWS,
+    behaviour: TabularPolicy | None = None,
 ) -> tuple[SampleBatch, Tensor]:
     """The exact-mode batch for ``cfg`` and its per-token advantages: the expectation of a sampled update.
+
+    ``behaviour``: the policy the rows are drawn from, where it is not ``policy`` (a stale policy, a
+    truncated sampler): paths and group-mates are weighted by its probabilities, the batch carries its
+    log-probabilities (``logp_behaviour``) beside ``policy``'s (``logp_old``), and an oracle or a critic
+    still gives ``policy``'s values.
 
     Non-group estimators see every reachable path once, weighted by its probability (a perfect
     critic or the oracle supply exact values). Group estimators see each path with every
@@ -208,11 +217,11 @@ def exact_advantages(
     require_exact_mode(cfg)  # checked once per estimator and configuration in a process
     estimator = adv_estimator(cfg.advantage)
     if estimator.needs_group_stats and not (closed_form and estimator.group_stats_closed_form):
-        batch, own = exact_group_batch(problem, policy, cfg, max_rows=max_rows)
+        batch, own = exact_group_batch(problem, policy, cfg, max_rows=max_rows, behaviour=behaviour)
         adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
                                  oracle=_oracle(problem, policy, batch, cfg))
         return batch.select(own), adv[own]
-    batch, group_stats = exact_batch(problem, policy, cfg, max_rows=max_rows)
+    batch, group_stats = exact_batch(problem, policy, cfg, max_rows=max_rows, behaviour=behaviour)
     adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
                              oracle=_oracle(problem, policy, batch, cfg), group_stats=group_stats)
     return batch, adv
@@ -232,6 +241,7 @@ def exact_batch(
     cfg: AlgorithmConfig,
     *,
     max_rows: int = MAX_ROWS,
+    behaviour: TabularPolicy | None = None,
 ) -> tuple[SampleBatch, tuple[Tensor, Tensor] | None]:
     """The exact batch for a non-group estimator, or for a group estimator's closed form, and its group statistics.
 
@@ -250,10 +260,10 @@ def exact_batch(
             "(exact_advantages chooses)"
         )
     with torch.no_grad():
-        probs = policy.action_probs()
+        probs = (behaviour if behaviour is not None else policy).action_probs()
     paths = enumerate_paths(problem, probs)
     num_inst, num_paths, num_turns = paths.hist.shape
-    returns = _path_returns(problem, paths)
+    returns = path_returns(problem, paths)
 
     inst_idx, path_idx, weights, g_sum, g_sumsq = [], [], [], [], []
     for i in range(num_inst):
@@ -291,14 +301,15 @@ def exact_batch(
     traj_group = torch.arange(inst.numel())  # each trajectory carries its own group statistics
     batch = _build_batch(
         problem, policy, paths.hist[inst, path], paths.action[inst, path], paths.alive[inst, path],
-        paths.reward[inst, path], torch.cat(weights), traj_group, inst,
+        paths.reward[inst, path], torch.cat(weights), traj_group, inst, behaviour,
     )
     stats = (torch.cat(g_sum), torch.cat(g_sumsq)) if estimator.needs_group_stats else None
     return batch, stats
 
 
 def exact_group_batch(
-    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, *, max_rows: int = MAX_ROWS
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, *, max_rows: int = MAX_ROWS,
+    behaviour: TabularPolicy | None = None,
 ) -> tuple[SampleBatch, Tensor]:
     """Every path with every configuration of its group-mates, as real groups: the generic exact mode.
 
@@ -319,7 +330,7 @@ def exact_group_batch(
       trajectories' rows, which the update uses after the advantages are computed.
     """
     with torch.no_grad():
-        probs = policy.action_probs()
+        probs = (behaviour if behaviour is not None else policy).action_probs()
     paths = enumerate_paths(problem, probs)
     num_inst, _, num_turns = paths.hist.shape
     mates_per_group = cfg.group_size - 1
@@ -350,7 +361,7 @@ def exact_group_batch(
     all_group = torch.cat([torch.arange(m), torch.arange(m).repeat_interleave(mates_per_group)])
     batch = _build_batch(
         problem, policy, paths.hist[all_inst, all_path], paths.action[all_inst, all_path],
-        paths.alive[all_inst, all_path], paths.reward[all_inst, all_path], all_weight, all_group, all_inst,
+        paths.alive[all_inst, all_path], paths.reward[all_inst, all_path], all_weight, all_group, all_inst, behaviour,
     )
     return batch, batch.traj_id < m
 
@@ -393,7 +404,8 @@ def _multinomial_probability(config: tuple[int, ...], class_p: list[float]) -> f
     return ways * math.prod(class_p[k] for k in config)
 
 
-def _path_returns(problem: TreeMDP, paths: Paths) -> Tensor:
+def path_returns(problem: TreeMDP, paths: Paths) -> Tensor:
+    """``[I, P]``: each path's discounted return."""
     discount = problem.gamma ** torch.arange(paths.hist.shape[-1], dtype=DTYPE)
     return (paths.reward * discount).sum(-1)  # [I, P]
 

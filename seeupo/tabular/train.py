@@ -18,6 +18,7 @@ from seeupo.core.config import AlgorithmConfig
 from seeupo.core.registry import adv_estimator
 from seeupo.core.update import UpdateSettings, compute_advantages, num_turns, policy_update, sequential_sweep
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
+from seeupo.tabular.kl import kl_reward_problem, reference_policy
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.rollout import critic_values, exact_advantages, oracle_advantages, sample_batch
@@ -43,6 +44,9 @@ class RunConfig:
     reset_optimizer: a fresh optimizer state every iteration (each update starts at ``pi_old``).
     mirror_beta: the KL coefficient of the mirror step.
     parameterization, feature_dim, init_scale: the policy (see :class:`TabularPolicy`).
+    staleness: each update's rows come from the policy this many updates earlier (the start policy
+      until there is one that old): an asynchronous trainer's stale rollouts; the algorithm's
+      ``correction`` reweights them.
     seed: seeds the policy initialisation, rollouts and orders.
     """
 
@@ -58,7 +62,12 @@ class RunConfig:
     parameterization: Literal["independent", "shared"] = "independent"
     feature_dim: int = 4
     init_scale: float = 0.0
+    staleness: int = 0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {self.staleness}")
 
 
 @dataclass
@@ -89,14 +98,20 @@ def make_optimizer(params, run: RunConfig) -> torch.optim.Optimizer:
 
 
 def build_batch(
-    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, run: RunConfig, generator: torch.Generator
+    problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, run: RunConfig, generator: torch.Generator,
+    behaviour: TabularPolicy | None = None,
 ) -> tuple[SampleBatch, Tensor]:
-    """The iteration's batch and its per-token advantages, in ``run.mode``."""
+    """The iteration's batch and its per-token advantages, in ``run.mode``; ``behaviour``: the policy the rows are
+    drawn from, where it is not ``policy`` (the batch then carries its log-probabilities)."""
     if run.mode == "exact":
-        return exact_advantages(problem, policy, cfg, closed_form=run.exact_closed_form)
+        return exact_advantages(problem, policy, cfg, closed_form=run.exact_closed_form, behaviour=behaviour)
     if run.mode != "sampled":
         raise ValueError(f"unknown mode {run.mode!r}; expected 'exact' or 'sampled'")
-    batch = sample_batch(problem, policy, run.tasks, cfg.group_size, generator)
+    batch = sample_batch(problem, policy if behaviour is None else behaviour, run.tasks, cfg.group_size, generator)
+    if behaviour is not None:
+        with torch.no_grad():
+            batch = batch.with_updates(logp_old=policy.token_logps(batch) * batch.token_mask,
+                                       logp_behaviour=batch.logp_old)
     estimator = adv_estimator(cfg.advantage)
     critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
     oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
@@ -175,16 +190,34 @@ class AlgorithmStep:
     """One iteration of ``cfg`` driven by ``run_cfg``: batch, advantages, then the update.
 
     Keeps the generator (and, unless ``run_cfg.reset_optimizer``, the optimizer state)
-    across calls, as a training loop does.
+    across calls, as a training loop does. With a KL term (``cfg.kl_coef > 0``) the reference is
+    the policy of the first call, frozen (a language-model run's starting model): in the loss, its
+    log-probabilities of the batch's tokens; in the reward, :func:`seeupo.tabular.kl.kl_reward_problem`
+    (the advantages see the penalised rewards, ``J`` is measured on the problem itself).
     """
 
     def __init__(self, cfg: AlgorithmConfig, run_cfg: RunConfig = RunConfig()) -> None:
+        if cfg.kl_coef > 0.0 and run_cfg.update == "mirror":
+            raise ValueError("the closed-form mirror step has its own KL (mirror_beta): kl_coef must be 0")
         self.cfg, self.run_cfg = cfg, run_cfg
         self.generator = torch.Generator().manual_seed(run_cfg.seed)
         self.optimizer: torch.optim.Optimizer | None = None
+        self.reference: TabularPolicy | None = None  # with a KL term: the policy of the first call, frozen
+        self.past: list[TabularPolicy] = []  # with staleness k: the policies of the last k calls, frozen
 
     def __call__(self, problem: TreeMDP, policy: TabularPolicy) -> None:
-        batch, adv = build_batch(problem, policy, self.cfg, self.run_cfg, self.generator)
+        kl = self.cfg.kl_coef > 0.0
+        if kl and self.reference is None:
+            self.reference = reference_policy(problem, policy)
+        behaviour = None
+        if self.run_cfg.staleness > 0:
+            self.past = (self.past + [reference_policy(problem, policy)])[-(self.run_cfg.staleness + 1):]
+            behaviour = self.past[0] if len(self.past) > 1 else None
+        if kl and self.cfg.kl_placement == "reward":
+            learned = kl_reward_problem(problem, policy, self.reference, self.cfg)  # type: ignore[arg-type]
+        else:
+            learned = problem
+        batch, adv = build_batch(learned, policy, self.cfg, self.run_cfg, self.generator, behaviour)
         if self.run_cfg.update == "mirror":
             if policy.parameterization != "independent":
                 raise ValueError("the closed-form mirror step needs independent parameters")
@@ -192,7 +225,12 @@ class AlgorithmStep:
             return
         if self.optimizer is None or self.run_cfg.reset_optimizer:
             self.optimizer = make_optimizer(policy.parameters(), self.run_cfg)
-        policy_update(policy, self.optimizer, batch, adv, self.cfg, UpdateSettings(generator=self.generator))
+        logp_ref = None
+        if kl and self.cfg.kl_placement != "reward":
+            with torch.no_grad():
+                logp_ref = self.reference.token_logps(batch)  # type: ignore[union-attr]
+        policy_update(policy, self.optimizer, batch, adv, self.cfg,
+                      UpdateSettings(generator=self.generator, logp_ref=logp_ref))
 
 
 def track(

@@ -97,6 +97,9 @@ def test_kl_k1_k3_values():
     # reversed: log_r = log 2 ; k3 = 2 - log 2 - 1 = 1 - log 2 ; k1 = -log 2 (can be negative)
     close(kl_penalty(ref, lp, "k3"), [1.0 - math.log(2.0)])
     close(kl_penalty(ref, lp, "k1"), [-math.log(2.0)])
+    # k2 = (log 2)^2 / 2 either way
+    close(kl_penalty(lp, ref, "k2"), [math.log(2.0) ** 2 / 2])
+    close(kl_penalty(ref, lp, "k2"), [math.log(2.0) ** 2 / 2])
 
 
 def test_kl_k3_nonnegative_and_zero_at_equality():
@@ -111,8 +114,26 @@ def test_kl_k3_nonnegative_and_zero_at_equality():
     lpg = x.clone().requires_grad_()
     kl_penalty(lpg, x, "k3").sum().backward()
     close(lpg.grad, torch.zeros(41, dtype=DT))
-    with pytest.raises(ValueError):
-        kl_penalty(lp, ref, "k2")
+    with pytest.raises(ValueError, match="'k4' is not a registered KL estimator; expected one of \\('k3', 'k1', 'k2'"):
+        kl_penalty(lp, ref, "k4")
+
+
+def test_a_registered_kl_estimator_is_checked_where_it_enters(registered):
+    """A user's estimator joins the menu with one decorator; one that detaches its result is a one-line error."""
+    from seeupo.core.config import AlgorithmConfig
+    from seeupo.core.registry import KL_ESTIMATORS, register_kl_estimator
+    from seeupo.validation.errors import InputError
+
+    @register_kl_estimator("detached_k1")
+    def detached_k1(logp, logp_ref):
+        """k1 without its gradient."""
+        return (logp - logp_ref).detach()
+
+    registered.append((KL_ESTIMATORS, "detached_k1"))
+    assert AlgorithmConfig(kl_estimator="detached_k1").kl_estimator == "detached_k1"
+    lp = t([[math.log(0.5)]]).requires_grad_()
+    with pytest.raises(InputError, match="detached_k1.*KL estimates that require grad"):
+        kl_penalty(lp, t([[math.log(0.25)]]), "detached_k1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +249,54 @@ def test_aggregate_weights_scale_free_within_instance(make_batch):
     # multiplying all weights of one instance by a constant leaves its weighted mean unchanged
     w = torch.where(b.instance == 1, b.weight * 7.0, b.weight)
     close(aggregate(v, b.with_updates(weight=w), "token_mean"), 13.0 / 3.0)
+
+
+def _trajectory_rows_batch(make_batch):
+    """Three trajectories of two instances, as (trajectory, turn) rows; trajectory weights 1, 2 (instance 0), 3.
+
+    row traj inst turn weight valid  token_mask   values
+     0   0    0    0     1     yes   [T, T, F]   [1, 3, 99]
+     1   0    0    1     1     yes   [T, F, F]   [5, 99, 99]
+     2   1    0    0     2     yes   [T, F, F]   [4, 99, 99]
+     3   1    0    1     2     no    [T, T, T]   [50, 50, 50]   (a placeholder: the episode ended)
+     4   2    1    0     3     yes   [T, T, T]   [1, 2, 3]
+     5   2    1    1     3     yes   [T, F, F]   [7, 99, 99]
+    """
+    b = make_batch(
+        traj_id=[0, 0, 1, 1, 2, 2], turn=[0, 1, 0, 1, 0, 1], instance=[0, 0, 0, 0, 1, 1], group_id=[0, 0, 0, 0, 1, 1],
+        weight=[1.0, 1.0, 2.0, 2.0, 3.0, 3.0], valid=[True, True, True, False, True, True],
+        token_mask=[[True, True, False], [True, False, False], [True, False, False], [True, True, True],
+                    [True, True, True], [True, False, False]],
+    )
+    values = t([[1.0, 3.0, 99.0], [5.0, 99.0, 99.0], [4.0, 99.0, 99.0], [50.0, 50.0, 50.0], [1.0, 2.0, 3.0],
+                [7.0, 99.0, 99.0]])
+    return b, values
+
+
+def test_aggregate_over_trajectory_rows_by_hand(make_batch):
+    """A trajectory as one row of all its turns' tokens: trajectory 0 holds 1, 3, 5 (sum 9, 3 tokens), trajectory 1
+    holds 4 (its placeholder left out), trajectory 2 holds 1, 2, 3, 7 (sum 13, 4 tokens)."""
+    b, v = _trajectory_rows_batch(make_batch)
+    # seq_mean_token_mean: inst 0 (1 * 9/3 + 2 * 4/1) / 3 = 11/3; inst 1: 13/4
+    close(aggregate(v, b, "seq_mean_token_mean", rows="trajectory"), 11.0 / 3.0 + 13.0 / 4.0)
+    # seq_mean_token_sum: inst 0 (1 * 9 + 2 * 4) / 3 = 17/3; inst 1: 13
+    close(aggregate(v, b, "seq_mean_token_sum", rows="trajectory"), 17.0 / 3.0 + 13.0)
+    # token_mean does not see rows: inst 0 (9 + 2 * 4) / (3 + 2) = 17/5; inst 1: 13/4
+    for rows in ("turn", "trajectory"):
+        close(aggregate(v, b, "token_mean", rows=rows), 17.0 / 5.0 + 13.0 / 4.0)
+    # on turn rows the per-sequence modes weigh turns instead: inst 0 (1 * 2 + 1 * 5 + 2 * 4) / 4 = 15/4; inst 1
+    # (3 * 2 + 3 * 7) / 6 = 9/2
+    close(aggregate(v, b, "seq_mean_token_mean"), 15.0 / 4.0 + 9.0 / 2.0)
+    with pytest.raises(ValueError, match="unknown aggregation rows 'episode'"):
+        aggregate(v, b, "token_mean", rows="episode")
+
+
+def test_trajectory_rows_need_a_simultaneous_update():
+    from seeupo.core.config import preset
+
+    assert preset("gspo", aggregation_rows="trajectory").aggregation_rows == "trajectory"
+    with pytest.raises(ValueError, match="aggregation_rows='trajectory' needs schedule='simultaneous'"):
+        preset("seeupo", aggregation_rows="trajectory")
 
 
 def test_aggregate_unknown_mode(make_batch):

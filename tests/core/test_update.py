@@ -823,7 +823,8 @@ def _naive_step(policy, optimizer, mb, weights, cfg, logp_ref):
     """One optimizer step in one pass: the objective and KL term of ``mb``, backward, step."""
     from seeupo.core.losses import aggregate, kl_penalty, policy_objective, row_coefficients
 
-    coef = row_coefficients(mb, cfg.aggregation)
+    real = mb.token_mask & mb.valid[:, None]
+    coef = row_coefficients(mb, cfg.aggregation, cfg.aggregation_rows)
     logp = policy.token_logps(mb)
     objective, _ = policy_objective(
         logp, mb, weights, update=cfg.update, ratio_level=cfg.ratio_level, ratio_scope=cfg.ratio_scope,
@@ -832,7 +833,8 @@ def _naive_step(policy, optimizer, mb, weights, cfg, logp_ref):
     )
     loss = -objective
     if cfg.kl_coef > 0:
-        loss = loss + cfg.kl_coef * aggregate(kl_penalty(logp, logp_ref, cfg.kl_estimator), mb, cfg.aggregation, coef)
+        loss = loss + cfg.kl_coef * aggregate(kl_penalty(logp, logp_ref, cfg.kl_estimator, real), mb, cfg.aggregation, coef,
+                                              cfg.aggregation_rows)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

@@ -233,6 +233,7 @@ def test_ctrl_c_stops_verify_while_its_workers_are_busy(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
+    assert len(err.splitlines()) == 2, err
     plan, stopped = err.splitlines()  # nothing else: no traceback, no leaked-semaphore warning
     assert plan.startswith("verify: 6 cells") and stopped.startswith("verify: interrupted after 0 of 6 cells")
     assert json.loads((out / "verify.json").read_text())["partial"] is True

@@ -66,14 +66,16 @@ class TwoLayouts:
         layout: str,
         reduce: Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor],
         modes: Iterable[str],
+        rows: str = "turn",
     ) -> set[str]:
         """The trainer's reductions (``reduce(values, mask, mode)``) equal to seeupo's ``aggregation`` here.
 
-        seeupo's checked loss aggregates the turn rows; the trainer's reduces the rows of ``layout``
-        holding the same per-token values (random, so that two different formulas differ).
+        seeupo's checked loss aggregates its turn rows, as rows of one turn or of one trajectory (``rows``,
+        ``AlgorithmConfig.aggregation_rows``); the trainer's reduces the rows of ``layout`` holding the same
+        per-token values (random, so that two different formulas differ).
         """
         tokens = torch.randn(self.n_tokens, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-        checked = aggregate(self.rows("turn", tokens)[0], self.batch(), aggregation)
+        checked = aggregate(self.rows("turn", tokens)[0], self.batch(), aggregation, rows=rows)
         values, mask = self.rows(layout, tokens)
         # rtol: verl's seq-mean-token-mean divides by (token count + 1e-8); different formulas differ by O(1)
         return {mode for mode in modes if torch.isclose(reduce(values, mask, mode).double(), checked, rtol=1e-6, atol=0)}

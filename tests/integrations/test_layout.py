@@ -49,17 +49,22 @@ def assert_one_line_refusal(err: InputError, *words: str) -> None:
         assert word in message, (word, message)
 
 
+@pytest.mark.parametrize("rows", ROW_LAYOUTS)
 @pytest.mark.parametrize("layout", ROW_LAYOUTS)
 @pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
-def test_verl_mode_equals_the_checked_aggregation_or_is_refused(two_layouts, aggregation, layout):
-    equal = two_layouts.equal_reductions(aggregation, layout, verl_agg_loss, VERL_MODES)
+def test_verl_mode_equals_the_checked_aggregation_or_is_refused(two_layouts, aggregation, layout, rows):
+    """Every (aggregation, seeupo's rows, verl's layout): the mode given computes seeupo's loss on verl's rows, and
+    where none is given none does. seeupo's trajectory rows (aggregation_rows) are verl's multi-turn layout."""
+    equal = two_layouts.equal_reductions(aggregation, layout, verl_agg_loss, VERL_MODES, rows)
     try:
-        mode = verl_loss_agg_mode(aggregation, layout)
+        mode = verl_loss_agg_mode(aggregation, layout, rows)
     except InputError as err:
         assert equal == set()  # the refusal is right: no verl mode computes the checked loss on these rows
-        assert_one_line_refusal(err, repr(aggregation), f"layout={layout!r}", "token_mean", "loss_agg_mode=token-mean")
+        assert_one_line_refusal(err, repr(aggregation), f"layout={layout!r}", "token_mean", "loss_agg_mode=token-mean",
+                                f"aggregation_rows={rows!r}")
     else:
         assert equal == {mode}
+    assert bool(equal) == (layout == rows or aggregation == "token_mean")
 
 
 def test_what_maps_where():

@@ -55,13 +55,15 @@ def trl_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str) -
     return total
 
 
+@pytest.mark.parametrize("rows", ROW_LAYOUTS)
 @pytest.mark.parametrize("layout", ROW_LAYOUTS)
 @pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
-def test_trl_loss_type_equals_the_checked_aggregation_or_is_refused(two_layouts, aggregation, layout):
+def test_trl_loss_type_equals_the_checked_aggregation_or_is_refused(two_layouts, aggregation, layout, rows):
     assert two_layouts.turn_shape[0] % MICRO_BATCHES == two_layouts.traj_shape[0] % MICRO_BATCHES == 0
-    equal = two_layouts.equal_reductions(aggregation, layout, trl_loss, TRL_TYPES)
+    equal = two_layouts.equal_reductions(aggregation, layout, trl_loss, TRL_TYPES, rows)
+    assert bool(equal) == (layout == rows or aggregation == "token_mean")
     try:
-        loss_type = trl_loss_type(aggregation, layout)
+        loss_type = trl_loss_type(aggregation, layout, rows)
     except InputError as err:
         assert equal == set()  # the refusal is right: no loss type reduces the checked loss on these rows
         message = str(err)

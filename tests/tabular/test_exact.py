@@ -184,3 +184,16 @@ def test_kl_divergence_with_zero_probabilities(tree_mdp, ref):
     expected = sum(reach[t].sum(-1) * torch.log(torch.tensor(float(a))) for t, a in enumerate(tree_mdp.actions_per_turn))
     assert torch.allclose(kl, expected, atol=1e-12, rtol=0)
     assert torch.allclose(kl_divergence(tree_mdp, p, p), torch.zeros_like(kl), atol=1e-14, rtol=0)
+
+
+def test_an_impossible_answer_is_never_optimal():
+    """3 binary tokens ending at token 0: the impossible spelling 001 pays 10 but no policy plays it; J* is the best
+    possible answer's 0.7 (110), and the uniform policy's J weighs 000, 100, 110, 111 by 1/2, 1/4, 1/8, 1/8."""
+    import dataclasses
+
+    rewards = torch.tensor([[[0.2, 10.0, 10.0, 10.0, 0.4, 10.0, 0.7, 0.1]]], dtype=torch.float64)
+    problem = dataclasses.replace(sequential_bandit(torch.ones(1, 1), (8,), rewards, tokens=((2, 3),)), end_token=0)
+    best = optimal(problem)
+    assert float(best.J[0]) == pytest.approx(0.7) and best.policy[0][0, 0].argmax().item() == 6
+    expected = 0.2 / 2 + 0.4 / 4 + 0.7 / 8 + 0.1 / 8
+    assert float(evaluate(problem, TabularPolicy(problem).action_probs()).J[0]) == pytest.approx(expected, abs=1e-12)

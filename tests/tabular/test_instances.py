@@ -104,3 +104,18 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(InstanceError, match="not valid JSON"):
         load_problem(tmp_path / "bad.json")
+
+
+def test_an_end_token_round_trips_and_a_policy_file_may_not_play_an_impossible_answer():
+    problem = random_sequential_bandit(1, (1,), tokens=(2, 2), end_token=0, reward_levels=3,
+                                       generator=torch.Generator().manual_seed(1))
+    data = json.loads(json.dumps(problem_to_dict(problem)))
+    assert data["tokens"] == {"vocab_size": 2, "length": 2, "end_token": 0}
+    again = problem_from_dict(data)
+    assert again.end_token == 0 and again.possible_actions(0).tolist() == [True, False, True, True]
+    assert torch.allclose(optimal(again).J, optimal(problem).J)
+    policy_from_dict({"action_probs": [[[0.5, 0.0, 0.25, 0.25]]]}, again)
+    with pytest.raises(InstanceError, match=r"action_probs\[0\].*action 1 is impossible"):
+        policy_from_dict({"action_probs": [[[0.5, 0.1, 0.2, 0.2]]]}, again)
+    with pytest.raises(InstanceError, match="tokens.end_token"):
+        problem_from_dict({**data, "tokens": {"vocab_size": 2, "length": 2, "end_token": 2}})

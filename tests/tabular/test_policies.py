@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -169,3 +170,52 @@ def test_parameter_sharing(kind):
     assert shared[target_turn][0, target_hist + 1].max().item() > 1e-6
     # but the instances stay independent (one weight vector per instance)
     assert all(d[1].max().item() == 0 for d in shared)
+
+
+def _ending_bandit(rewards: list[float]):
+    """One turn of 3 binary tokens that ends at token 0: 000 (length 1), 100 (2), 110 and 111 (3); the other
+    spellings put a token after the end and are impossible."""
+    bandit = sequential_bandit(torch.ones(1, 1), (8,), torch.tensor([[rewards]], dtype=torch.float64), tokens=((2, 3),))
+    return dataclasses.replace(bandit, end_token=0)
+
+
+def test_answers_end_at_the_end_token_by_hand():
+    problem = _ending_bandit([0.0] * 8)
+    assert problem.answer_lengths(0).tolist() == [1, 1, 1, 1, 2, 2, 3, 3]
+    assert problem.possible_actions(0).tolist() == [True, False, False, False, True, False, True, True]
+    # uniform token logits: the first token ends half the answers, the second half of the rest
+    probs = TabularPolicy(problem).action_probs()[0][0, 0]
+    assert probs.tolist() == pytest.approx([1 / 2, 0, 0, 0, 1 / 4, 0, 1 / 8, 1 / 8], abs=ATOL)
+    assert uniform_probs(problem)[0][0, 0].tolist() == pytest.approx([1 / 4, 0, 0, 0, 1 / 4, 0, 1 / 4, 1 / 4])
+
+
+@pytest.mark.parametrize("parameterization", ["independent", "shared"])
+def test_an_answer_that_ends_early_is_scored_on_its_own_tokens(parameterization):
+    """Every sampled answer is possible, its token mask covers its own tokens, and its token log-probabilities
+    sum to its action log-probability (the tokens after its end are not scored)."""
+    problem = random_token_bandit(3, 2, 3, 3, end_token=1, generator=torch.Generator().manual_seed(2))
+    policy = TabularPolicy(problem, parameterization, init_scale=1.0, generator=torch.Generator().manual_seed(3))
+    batch = sample_batch(problem, policy, tasks=64, group_size=2, generator=torch.Generator().manual_seed(4))
+    action, turn = batch.data["action"], batch.turn
+    lengths = torch.stack([problem.answer_lengths(t)[a] for t, a in zip(turn.tolist(), action.tolist())])
+    assert bool(torch.stack([problem.possible_actions(t)[a] for t, a in zip(turn.tolist(), action.tolist())]).all())
+    assert batch.token_mask.sum(1).tolist() == lengths.tolist() and set(lengths.tolist()) == {1, 2, 3}
+    logps, action_logp = policy.token_logps(batch), policy.action_log_probs()
+    expected = torch.stack([action_logp[t][i, h, a] for t, i, h, a in
+                            zip(turn.tolist(), batch.instance.tolist(), batch.data["hist"].tolist(), action.tolist())])
+    assert torch.allclose(logps.sum(1), expected, atol=1e-10, rtol=0)
+    assert bool((logps[~batch.token_mask] == 0).all())
+    for p, possible in zip(policy.action_probs(), [problem.possible_actions(t) for t in range(2)]):
+        assert torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1)), atol=ATOL, rtol=0)
+        assert bool((p[..., ~possible] == 0).all()) and bool((p[..., possible] > 0).all())
+
+
+def test_set_action_probs_round_trip_with_an_end_token(ref):
+    problem = random_token_bandit(2, 2, 2, 3, end_token=0, generator=torch.Generator().manual_seed(5))
+    policy = TabularPolicy(problem)
+    for seed in (1, 2):
+        probs = [p * problem.possible_actions(t) for t, p in enumerate(ref.random_probs(problem, seed))]
+        probs = [p / p.sum(-1, keepdim=True) for p in probs]
+        policy.set_action_probs(probs)
+        for got, want in zip(policy.action_probs(), probs):
+            assert torch.allclose(got, want, atol=ATOL, rtol=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -128,3 +130,51 @@ def test_forward_argmax_sweeps_reach_j_star_within_t_iterations_on_three_turns()
     problem = random_sequential_bandit(6, (3, 3, 3), num_initial_states=2, generator=torch.Generator().manual_seed(1))
     hist = run(problem, preset("seeupo", order="forward"), RunConfig(update="mirror", mirror_beta=0.0, iterations=3))
     assert float(hist.gap[-1].max()) < 1e-9
+
+
+@pytest.mark.parametrize("estimator, placement, expected", [
+    # k1 in the reward: max E[R] - beta KL(pi || ref) gives pi proportional to ref exp(R / beta): e^2 / (1 + e^2)
+    ("k1", "reward", math.exp(2) / (1 + math.exp(2))),
+    # k3 in the loss: grad J = beta grad KL(ref || pi), p (1 - p) = beta (p - 1/2): p = (1 - beta + sqrt((1 - beta)^2
+    # + 2 beta)) / 2 = (1/2 + sqrt(5/4)) / 2
+    ("k3", "loss", (0.5 + math.sqrt(1.25)) / 2),
+])
+def test_a_kl_term_stops_the_run_at_its_regularised_optimum(estimator, placement, expected):
+    """Two answers paying 0 and 1, the reference the uniform start, beta = 1/2: RLOO's exact updates (an unbiased
+    policy gradient) settle where the KL gradient of the placement balances grad J, not at J*."""
+    problem = sequential_bandit(torch.ones(1, 1), (2,), torch.tensor([[[0.0, 1.0]]], dtype=torch.float64))
+    cfg = preset("rloo", kl_coef=0.5, kl_estimator=estimator, kl_placement=placement)
+    history = run(problem, cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0, iterations=400))
+    assert float(history.policy.action_probs()[0][0, 0, 1]) == pytest.approx(expected, abs=1e-6)
+    assert float(history.J[-1, 0]) == pytest.approx(expected, abs=1e-6) and float(history.J_star[0]) == 1.0
+
+
+def test_a_stale_run_draws_each_update_s_rows_from_the_policy_k_updates_earlier():
+    """staleness=1: the first update is on policy; the second reads the start policy's rows while updating the
+    policy after the first, exactly as exact_advantages(..., behaviour=start) followed by the update."""
+    from seeupo.core.update import UpdateSettings, policy_update
+    from seeupo.tabular.kl import reference_policy
+    from seeupo.tabular.policies import TabularPolicy
+    from seeupo.tabular.rollout import exact_advantages
+    from seeupo.tabular.train import AlgorithmStep, make_optimizer
+
+    problem = random_token_bandit(2, 2, 2, 2, reward_levels=3, generator=torch.Generator().manual_seed(0))
+    cfg = preset("rloo", advantage="oracle", correction="sequence_is", correction_cap=1e6)
+    run_cfg = RunConfig(mode="exact", optimizer="sgd", lr=5.0, staleness=1)
+    stale = TabularPolicy(problem)
+    step = AlgorithmStep(cfg, run_cfg)
+    step(problem, stale)
+    first = reference_policy(problem, stale)
+    step(problem, stale)
+
+    by_hand = TabularPolicy(problem)
+    step_by_hand = AlgorithmStep(cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0))
+    step_by_hand(problem, by_hand)  # the same first update, on policy
+    start = reference_policy(problem, TabularPolicy(problem))
+    batch, adv = exact_advantages(problem, by_hand, cfg, behaviour=start)
+    assert batch.logp_behaviour is not None
+    policy_update(by_hand, make_optimizer(by_hand.parameters(), run_cfg), batch, adv, cfg,
+                  UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    for a, b in zip(stale.action_probs(), by_hand.action_probs()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert not all(torch.equal(a, b) for a, b in zip(stale.action_probs(), first.action_probs()))

@@ -232,3 +232,32 @@ def test_with_every_part_neutral_the_update_is_the_estimators_direction(name, fa
         scale = float(u.norm() / e.norm())
         assert scale > 0
         torch.testing.assert_close(u, scale * e, rtol=0, atol=1e-12 * float(u.norm()))
+
+
+def test_averaging_each_answer_s_tokens_weighs_it_by_one_over_its_length_by_hand():
+    """Answers of 3 binary tokens ending at token 0 under uniform token logits: 000 (p 1/2, 1 token), 100 (1/4, 2),
+    110 and 111 (1/8 each, 3); rewards 0, 1, 0, 1, so J = 3/8 and A = -3/8, 5/8, -3/8, 5/8. On the logits
+    (position 0; position 1 after token 1; position 2 after 11) grad J = sum_a pi(a) A(a) grad log pi(a) =
+    (1/16)(-3, 3, 1, -1, -1, 1); with each answer's tokens averaged every term is divided by |a|:
+    (1/384)(-53, 53, 13, -13, -8, 8), whose cosine with grad J is 360 / sqrt(22 * 6084). Token-mean aggregation
+    divides by the expected token count only (a constant): the direction stays grad J's."""
+    import dataclasses
+    import math
+
+    from seeupo.tabular.policies import TabularPolicy
+    from seeupo.tabular.problems import sequential_bandit
+
+    rewards = torch.tensor([[[0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]]], dtype=torch.float64)
+    problem = dataclasses.replace(sequential_bandit(torch.ones(1, 1), (8,), rewards, tokens=((2, 3),)), end_token=0)
+    used = [0, 1, 4, 5, 12, 13]  # theta0[.], theta1[prefix 1][.], theta2[prefix 11][.] in the flattened tables
+    grad_j = torch.tensor([-3.0, 3, 1, -1, -1, 1], dtype=torch.float64) / 16
+    averaged = torch.tensor([-53.0, 53, 13, -13, -8, 8], dtype=torch.float64) / 384
+    for aggregation, expected in (("seq_mean_token_mean", averaged), ("token_mean", grad_j)):
+        (step,), _ = update_direction(problem, TabularPolicy(problem), preset("rloo", advantage="oracle",
+                                                                                aggregation=aggregation))
+        step = step[0].to(torch.float64)
+        assert torch.count_nonzero(step).item() == 6 and torch.count_nonzero(step[used]).item() == 6
+        scale = float(step[used] @ expected / (expected @ expected))
+        assert scale > 0 and torch.allclose(step[used], scale * expected, atol=1e-12, rtol=0)
+    cosine = float(averaged @ grad_j / (averaged.norm() * grad_j.norm()))
+    assert cosine == pytest.approx(360 / math.sqrt(22 * 6084), abs=1e-6) and cosine < 0.985

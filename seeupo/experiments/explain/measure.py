@@ -16,6 +16,7 @@ from seeupo.core.config import AlgorithmConfig
 from seeupo.core.update import UpdateSettings, policy_update
 from seeupo.experiments.explain.records import ActionRow, AdvantageClass, OptimizerRun, Outcome
 from seeupo.tabular.exact import evaluate
+from seeupo.tabular.kl import start_as_reference
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.train import RunConfig, build_batch, initial_policy, make_optimizer, mirror_step
@@ -130,7 +131,8 @@ def _run_update(
 
     handles = [optimizer.register_step_pre_hook(before_step), optimizer.register_step_post_hook(after_step)]
     try:
-        policy_update(policy, optimizer, batch, adv, cfg, UpdateSettings(generator=generator))
+        policy_update(policy, optimizer, batch, adv, cfg,
+                      UpdateSettings(generator=generator, logp_ref=start_as_reference(batch, cfg)))
     finally:
         for handle in handles:
             handle.remove()

@@ -19,7 +19,7 @@ from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 #: so that the problems of those before it stay the same.
 SEED_ORDER = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
               "multi_turn_convergence", "agentic_credit", "reward_invariance", "zero_variance_groups", "lm_bridge",
-              "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_bias",
+              "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_weighting",
               "difficulty_weighting")
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Sizes:
     bridge_seeds, bridge_steps: the language-model bridge's seeds and steps per seed.
     sweep_lr: the factors of the exact mode's step size at which the capabilities that run the optimizer are
       measured again (the protocol sweep: no score should be an artefact of one step size); () for none.
+    sweep_epochs: the factors of the exact mode's optimizer steps per update (``epochs``, at least 1) at which
+      they are measured again, at the card's own step size; () for none.
     seed: seeds every problem and start policy.
     """
 
@@ -47,11 +49,18 @@ class Sizes:
     bridge_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     bridge_steps: int = 5
     sweep_lr: tuple[float, ...] = (0.2, 5.0)
+    sweep_epochs: tuple[float, ...] = (0.25,)
     seed: int = 0
 
 
 QUICK = Sizes(instances=3, iterations=5, exact_epochs=25, starts=1, convergence_updates=15, bridge_seeds=(0, 1, 2), bridge_steps=3,
-              sweep_lr=())
+              sweep_lr=(), sweep_epochs=())
+
+
+def sweep_points(sizes: Sizes) -> list[str]:
+    """The protocol sweep's points, in order, as the keys a card records them under: ``"lr x f"`` for each step-size
+    factor, then ``"epochs x f"`` for each factor of the optimizer steps per update."""
+    return [f"lr x {f:g}" for f in sizes.sweep_lr] + [f"epochs x {f:g}" for f in sizes.sweep_epochs]
 
 
 @dataclass

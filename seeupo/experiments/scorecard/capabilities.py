@@ -25,6 +25,8 @@ capability                  the problems (exact unless said; 2-token actions of 
                             one rewarded answer: most groups do (1 and 2 turns)             zero / uphill first step
 ``difficulty_weighting``    1-turn token bandits of 3 prompts whose rewards spread 0.1,     mean cosine of the first
                             0.5 and 1                                                       step with grad J (>= 0)
+``length_weighting``        1-turn bandits of one prompt whose answers end at an end token   mean cosine of the first
+                            (3 tokens of 3, 4 of 2: lengths 1 to 3 and 1 to 4)              step with grad J (>= 0)
 ``lm_bridge``               a tiny language model on the 2-turn bridge, exact ``J`` after   mean over seeds of the gap
                             each step, seeds after a format warm-up (sampled)               to ``J*`` closed
 ==========================  =============================================================  ===========================
@@ -404,15 +406,15 @@ def _prompts_problem(s: Sizes) -> TreeMDP:
     return dataclasses.replace(base, rewards=[base.rewards[-1] * scale], initial_state_probs=uniform)
 
 
-def difficulty_weighting(ctx: Context) -> Measured:
+def _gradient_alignment(problem: TreeMDP, starts: list[list[torch.Tensor]], algorithm: AlgorithmConfig
+                        ) -> tuple[list[float], str | None]:
+    """Per (start, instance), the cosine between the whole update's expected first step and grad J, floored at 0
+    (1 when parallel within float noise); and the worst case's words when one falls short of 1 - 1e-6."""
     from seeupo.tabular.gradient import REL_TOL, policy_gradient
 
-    s, start = ctx.sizes, time.perf_counter()
-    algorithm = ctx.config.replace(group_size=s.group_size)
-    problem = _prompts_problem(s)
     cosines: list[float] = []
     worst: tuple[float, str] | None = None
-    for j, probs in enumerate(random_starts(problem, s.starts, _generator(s, "difficulty_weighting", 1))):
+    for j, probs in enumerate(starts):
         update = _flat_direction(problem, probs, algorithm)
         true = torch.cat(policy_gradient(problem, policy_at(problem, probs)), dim=1)
         for i, c in enumerate(_cosines(update, true)):
@@ -421,10 +423,41 @@ def difficulty_weighting(ctx: Context) -> Measured:
             if credit < 1 - rules.INVARIANCE_TOL and (worst is None or credit < worst[0]):
                 worst = (credit, f"instance {i}, {'uniform' if j == 0 else f'random start {j}'}: the update's cosine "
                                  f"with grad J is " + ("nan (one of them zero or not finite)" if math.isnan(c) else f"{c:.4f}"))
+    return cosines, worst[1] if worst else None
+
+
+def difficulty_weighting(ctx: Context) -> Measured:
+    s, start = ctx.sizes, time.perf_counter()
+    problem = _prompts_problem(s)
+    starts = random_starts(problem, s.starts, _generator(s, "difficulty_weighting", 1))
+    cosines, worst = _gradient_alignment(problem, starts, ctx.config.replace(group_size=s.group_size))
     covered = (f"1-turn token bandits ({s.instances}) of {len(PROMPT_SCALES)} prompts drawn uniformly, rewards on 3 levels "
                f"scaled per prompt by {', '.join(f'{x:g}' for x in PROMPT_SCALES)}; {1 + s.starts} start policies, "
                f"G = {s.group_size}")
-    return Measured(rules.mean_of(cosines, what="cases"), covered, worst[1] if worst else None,
+    return Measured(rules.mean_of(cosines, what="cases"), covered, worst, seconds=time.perf_counter() - start)
+
+
+#: The answer spellings of the length capability: ``(V, L)`` tokens, ending at token 0 (lengths 1 to ``L``).
+LENGTH_SPELLINGS = ((3, 3), (2, 4))
+
+
+def length_weighting(ctx: Context) -> Measured:
+    s, start = ctx.sizes, time.perf_counter()
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    cosines: list[float] = []
+    worst: list[str] = []
+    for k, (vocab, length) in enumerate(LENGTH_SPELLINGS):
+        problem = random_token_bandit(s.instances, 1, vocab, length, end_token=0, reward_levels=3,
+                                      generator=_generator(s, "length_weighting", k))
+        starts = random_starts(problem, s.starts, _generator(s, "length_weighting", 10 + k))
+        found, words = _gradient_alignment(problem, starts, algorithm)
+        if words is not None and (not worst or min(found) < min(cosines)):
+            worst = [f"answers of {vocab} tokens ending at token 0 (lengths 1 to {length}), {words}"]
+        cosines += found
+    covered = (f"1-turn bandits ({s.instances} each) of one prompt whose answers end at an end token: "
+               + ", ".join(f"{v} tokens, lengths 1 to {n}" for v, n in LENGTH_SPELLINGS)
+               + f"; rewards on 3 levels, whatever the length; {1 + s.starts} start policies, G = {s.group_size}")
+    return Measured(rules.mean_of(cosines, what="cases"), covered, worst[0] if worst else None,
                     seconds=time.perf_counter() - start)
 
 
@@ -452,6 +485,8 @@ def lm_bridge(ctx: Context) -> Measured:
 
 MONOTONE_RULE = ("share of runs whose exact J never fell by more than 1e-7 in one update and rose where it could "
                  "(an update that never moves J fails)")
+
+COSINE_RULE = "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0"
 
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
@@ -511,8 +546,14 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("difficulty_weighting", "Prompts weighted as J weighs them", "prompt weighting",
                ("gradient", "prompts", "graded"),
                "With prompts whose rewards spread differently, does the update weigh each prompt as grad J does?",
-               "mean over cases of the cosine between the whole update's expected first step and grad J, floored at 0",
+               COSINE_RULE,
                True, difficulty_weighting, False, "anti_pg: 0"),
+    Capability("length_weighting", "Answers weighted as J weighs them, whatever their length", "answer lengths",
+               ("gradient", "lengths", "graded"),
+               "With answers of different lengths (one prompt), does the update weigh each answer as grad J does?",
+               COSINE_RULE,
+               True, length_weighting, False,
+               "anti_pg: 0; length_mean_pg (the exact advantage, each answer's tokens averaged): < 1"),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",

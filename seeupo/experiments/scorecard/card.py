@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from seeupo.experiments.scorecard.base import sweep_points
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Capability, Context, Measured, Sizes
+from seeupo.experiments.scorecard.catalogue import entry as catalogue_entry
 from seeupo.experiments.scorecard.rules import Score, no_evidence
 
 FORMAT = "seeupo-scorecard/1"
@@ -38,7 +40,7 @@ class Card:
     partial: bool = False
     seconds: float = 0.0
     stopped_by: str | None = None  # the signal that stopped a partial card (SIGINT, SIGTERM); not written
-    sweep: dict[str, dict[str, float | None]] = field(default_factory=dict)  # capability -> {lr factor: score}
+    sweep: dict[str, dict[str, float | None]] = field(default_factory=dict)  # capability -> {sweep point: score}
 
     def score(self, capability: str) -> float | None:
         m = self.measured.get(capability)
@@ -77,11 +79,14 @@ class Card:
 def context(name: str, sizes: Sizes, out: Path | None, plugins: tuple[str, ...] = (),
             say: Callable[[str], None] = lambda m: None) -> Context:
     """What the capabilities measure ``name`` with: its exact-mode row of ``seeupo verify`` (optimizer,
-    step size, iterations per update), so that every algorithm takes the update ``verify`` gives it."""
+    step size, iterations per update), so that every algorithm takes the update ``verify`` gives it, with a
+    catalogue algorithm's published settings on top (its KL term: :attr:`~seeupo.experiments.scorecard.catalogue.Entry.published`)."""
     from seeupo.experiments.verify import algorithm_rows
 
     row = algorithm_rows([name], sizes.exact_epochs)[0]
-    return Context(name, row.config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
+    published = catalogue_entry(name)
+    config = row.config.replace(**dict(published.published)) if published is not None else row.config
+    return Context(name, config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
 
 
 def exact_refusal(ctx: Context) -> str | None:
@@ -100,12 +105,11 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
     the finished capabilities are kept and the card is marked partial (so does SIGTERM;
     ``Card.stopped_by`` names the signal).
     """
-    from seeupo.core.config import PRESETS
     from seeupo.experiments.check.run import SignalWatch
 
     start = time.perf_counter()
     ctx = context(name, sizes, out, plugins, say)
-    card = Card(name, PRESETS[name].to_dict(), list(plugins), sizes, {})
+    card = Card(name, ctx.config.to_dict(), list(plugins), sizes, {})
     refused = exact_refusal(ctx)
     chosen = [c for c in CAPABILITIES if only is None or c.name in only]
     with SignalWatch() as watch, one_thread():  # SIGTERM stops a card as Ctrl-C does
@@ -137,17 +141,30 @@ def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str,
 
 
 def protocol_sweep(card: Card, ctx: Context, watch: Any, say: Callable[[str], None]) -> None:
-    """The capabilities of ``card`` that run the exact mode's optimizer (``Capability.protocol``) measured again at each
-    step size ``lr x f`` for ``f`` in ``Sizes.sweep_lr`` (no evidence written: the card's own runs have it), into
-    ``card.sweep[capability][f]``; the card's own score is the one at ``f = 1``. Ctrl-C keeps the finished points and
-    marks the card partial."""
+    """The capabilities of ``card`` that run the exact mode's optimizer (``Capability.protocol``) measured again at
+    each point of :func:`~seeupo.experiments.scorecard.base.sweep_points`: the step size ``lr x f`` for ``f`` in
+    ``Sizes.sweep_lr``, then the optimizer steps per update ``epochs x f`` (rounded, at least 1) for ``f`` in
+    ``Sizes.sweep_epochs``; no evidence written (the card's own runs have it), into ``card.sweep[capability][point]``.
+    The card's own score is the protocol itself. Ctrl-C keeps the finished points and marks the card partial."""
     swept = [c for c in CAPABILITIES if c.protocol and c.name in card.measured and card.score(c.name) is not None]
-    for factor in card.sizes.sweep_lr:
-        moved = dataclasses.replace(ctx, lr=ctx.lr * factor, out=None)
-        say(f"protocol sweep: lr x {factor:g} ({moved.lr:g}) on {len(swept)} capabilities")
+    for point in sweep_points(card.sizes):
+        kind, factor = point.split(" x ")[0], float(point.split(" x ")[1])
+        if kind == "lr":
+            moved = dataclasses.replace(ctx, lr=ctx.lr * factor, out=None)
+            words = f"{point} ({moved.lr:g})"
+        else:
+            epochs = max(1, round(ctx.config.epochs * factor))
+            if epochs == ctx.config.epochs:  # one step per update already: the same computation as the card's own
+                say(f"protocol sweep: {point} is the protocol itself ({epochs} step per update): its scores are the card's")
+                for cap in swept:
+                    card.sweep.setdefault(cap.name, {})[point] = card.score(cap.name)
+                continue
+            moved = dataclasses.replace(ctx, config=ctx.config.replace(epochs=epochs), out=None)
+            words = f"{point} ({epochs} steps per update)"
+        say(f"protocol sweep: {words} on {len(swept)} capabilities")
         for cap in swept:
             try:
-                card.sweep.setdefault(cap.name, {})[f"{factor:g}"] = _measure(cap, moved).score.value
+                card.sweep.setdefault(cap.name, {})[point] = _measure(cap, moved).score.value
                 watch.raise_if_signalled()
             except KeyboardInterrupt as stop:
                 card.partial, card.stopped_by = True, watch.name(stop)
@@ -227,7 +244,7 @@ def estimate(sizes: Sizes, cal: Calibration, *, bridge: bool) -> float:
     """The card's seconds from ``cal``: the timing, the capabilities, the bridge (a fixed figure) and the writing."""
     lm = BRIDGE_SECONDS_PER_SEED * len(sizes.bridge_seeds) * sizes.bridge_steps / Sizes().bridge_steps if bridge else 0.0
     protocol = {c.name for c in CAPABILITIES if c.protocol}
-    swept = len(sizes.sweep_lr) * sum(v for k, v in cal.capabilities.items() if k in protocol)
+    swept = len(sweep_points(sizes)) * sum(v for k, v in cal.capabilities.items() if k in protocol)
     return cal.seconds + sum(cal.capabilities.values()) + swept + lm + WRITE_SECONDS
 
 
@@ -235,7 +252,7 @@ def plan_line(name: str, sizes: Sizes, cal: Calibration, *, bridge: bool) -> str
     """The plan said before a card starts: the capabilities, the sizes and the estimate from ``cal``."""
     return (f"scorecard {name}: {len(CAPABILITIES) - (0 if bridge else 1)} capabilities on fixed seeded problems "
             f"({sizes.instances} per part, {sizes.iterations} exact updates per run)"
-            + (f", the protocol sweep (lr x {', '.join(f'{f:g}' for f in sizes.sweep_lr)})" if sizes.sweep_lr else "")
+            + (f", the protocol sweep ({', '.join(sweep_points(sizes))})" if sweep_points(sizes) else "")
             + (f" and the bridge ({len(sizes.bridge_seeds)} seeds x {sizes.bridge_steps} steps)" if bridge else "")
             + f"; estimate {estimate(sizes, cal, bridge=bridge):.0f} s in all (calibrated on this machine in "
               f"{cal.seconds:.0f} s)")
@@ -283,6 +300,10 @@ def markdown(card: Card) -> str:
         lines += ["**Partial**: stopped before every capability was measured.", ""]
     if card.plugins:
         lines += ["Plugins: " + ", ".join(f"`{p}`" for p in card.plugins), ""]
+    published = catalogue_entry(card.algorithm)
+    if published is not None and published.published:
+        lines += ["As published, on top of the preset: " + ", ".join(f"`{k}={v}`" for k, v in published.published)
+                  + " (the KL term's reference: the run's start policy).", ""]
     lines += ["| Capability | Score | Rule | Worst case | Evidence |", "|---|---|---|---|---|"]
     for cap in CAPABILITIES:
         if cap.name in card.measured:
@@ -292,15 +313,14 @@ def markdown(card: Card) -> str:
         else:
             lines.append(f"| {cap.title} | not measured: {card.skipped.get(cap.name, 'stopped first')} | {cap.rule} | — | — |")
     if card.sweep:
-        factors = list(card.sizes.sweep_lr)
-        lines += ["", "Protocol sweep (the exact mode's step size times each factor; the card's own score is x 1; "
-                      "a score that moves across it rests on the step size as much as on the algorithm):", "",
-                  "| Capability | " + " | ".join(f"lr x {f:g}" for f in sorted([*factors, 1.0])) + " |",
-                  "|---|" + "---|" * (len(factors) + 1)]
-        for name, points in card.sweep.items():
-            row = {**{float(k): v for k, v in points.items()}, 1.0: card.score(name)}
-            lines.append(f"| {name} | " + " | ".join("—" if row.get(f) is None else shown(row[f])
-                                                     for f in sorted([*factors, 1.0])) + " |")
+        points = sweep_points(card.sizes)
+        lines += ["", "Protocol sweep (the exact mode's step size, then its optimizer steps per update, times each "
+                      "factor; the card's own score is the protocol itself; a score that moves across it rests on the "
+                      "protocol as much as on the algorithm):", "",
+                  "| Capability | own | " + " | ".join(points) + " |", "|---|---|" + "---|" * len(points)]
+        for name, measured in card.sweep.items():
+            lines.append(f"| {name} | {shown(card.score(name))} | " + " | ".join(
+                "—" if measured.get(p) is None else shown(measured[p]) for p in points) + " |")
     definition = departures_lines(card.algorithm)
     if definition:
         lines += ["", *definition]

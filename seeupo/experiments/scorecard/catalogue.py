@@ -48,16 +48,25 @@ class Claim:
 @dataclass(frozen=True)
 class Entry:
     """One algorithm of the catalogue: its registered name, the plugin that registers it (``None``:
-    built in), its paper, and the claims its card is read against."""
+    built in), its paper, the claims its card is read against, and the published settings its card
+    runs on top of the preset (``published``: the KL term its authors use; the presets stay KL-free,
+    as the SeeUPO paper's Table 1 compares them, and ``seeupo verify`` and ``seeupo check`` run them so).
+    """
 
     name: str
     title: str
     paper: str
     plugin: str | None = None
     claims: tuple[Claim, ...] = ()
+    published: tuple[tuple[str, object], ...] = ()
 
 
 _TABLE1 = "SeeUPO paper, Table 1 (docs/method.md §3)"
+
+
+def _kl(estimator: str, placement: str, coef: float) -> tuple[tuple[str, object], ...]:
+    """The published KL term as settings (each source: :mod:`seeupo.experiments.scorecard.provenance`'s KL row)."""
+    return (("kl_estimator", estimator), ("kl_placement", placement), ("kl_coef", coef))
 _DETERMINISTIC_MT = "several turns, deterministic outcomes, independent parameters per turn"
 
 CATALOGUE: tuple[Entry, ...] = (
@@ -65,13 +74,12 @@ CATALOGUE: tuple[Entry, ...] = (
           claims=(Claim(_TABLE1, "GAE + PPU (token), e.g. PPO: \"converges\" in single-turn and in multi-turn",
                         "one turn and " + _DETERMINISTIC_MT + "; a critic's advantage (here exact)",
                         ("single_turn_monotone", "multi_turn_monotone", "multi_turn_convergence")),)),
-    Entry("grpo", "GRPO", "Shao et al. 2024, arXiv:2402.03300"),
+    Entry("grpo", "GRPO", "Shao et al. 2024, arXiv:2402.03300", published=_kl("k3", "loss", 0.04)),
     Entry("dr_grpo", "Dr. GRPO", "Liu et al. 2025, arXiv:2503.20783", "examples/algorithms/dr_grpo.py",
           (Claim("its paper, §3.2", "GRPO's std normaliser gives a question-level difficulty bias; Dr. GRPO removes it",
                  "one turn; several questions in a batch whose rewards spread differently", ("difficulty_weighting",)),
            Claim("its paper, §3.2", "GRPO's 1/|o_i| gives a response-level length bias; Dr. GRPO removes it",
-                 "one turn; responses of different lengths",
-                 untestable="every capability's answers within a turn have one length: no length bias can show"))),
+                 "one turn; one question, responses of different lengths", ("length_weighting",)))),
     Entry("dapo", "DAPO", "Yu et al. 2025, arXiv:2503.14476", "examples/algorithms/dapo.py",
           (Claim("its paper, §3.2 (dynamic sampling)", "filtering out the groups whose accuracy is all 0 or all 1 "
                  "keeps every update's gradient informative", "groups of one prompt whose rewards may all be equal",
@@ -79,23 +87,25 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("gspo", "GSPO", "Zheng et al. 2025, arXiv:2507.18071",
           claims=(Claim(_TABLE1, "GRAE + PPU (sequence), e.g. GSPO: \"converges\" in single-turn",
                         "one turn, deterministic outcomes", ("single_turn_monotone",)),)),
-    Entry("rloo", "RLOO", "Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019",
+    Entry("rloo", "RLOO", "Ahmadian et al. 2024, arXiv:2402.14740; Kool et al. 2019", published=_kl("k1", "reward", 0.05),
           claims=(Claim(_TABLE1, "GRAE + REINFORCE (sequence), e.g. RLOO: \"converges\" in single-turn",
                         "one turn, deterministic outcomes", ("single_turn_monotone",)),
                   Claim("its paper, §3", "the leave-one-out baseline keeps the REINFORCE estimate unbiased",
                         "a whole completion as one action; a trajectory of turns is one such action",
                         ("agentic_credit",)))),
-    Entry("reinforce_pp", "REINFORCE++", "Hu 2025, arXiv:2501.03262"),
-    Entry("reinforce_pp_baseline", "REINFORCE++-baseline", "Hu 2025, arXiv:2501.03262"),
+    Entry("reinforce_pp", "REINFORCE++", "Hu 2025, arXiv:2501.03262", published=_kl("k1", "reward", 0.01)),
+    Entry("reinforce_pp_baseline", "REINFORCE++-baseline", "Hu 2025, arXiv:2501.03262",
+          published=_kl("k2", "loss", 1e-5)),
     Entry("mt_grpo", "MT-GRPO", "Zeng et al. 2025, arXiv:2505.11821", "examples/algorithms/mt_grpo.py",
           (Claim("its paper, §4", "turn-level advantages give each turn its own credit (fine-grained credit "
                  "assignment)", "several turns with turn-level rewards (a tool call, then the answer)",
                  ("agentic_credit",)),)),
     Entry("gigpo", "GiGPO", "Feng et al. 2025, arXiv:2505.10978", "examples/algorithms/gigpo.py",
-          (Claim("its paper, §3", "step-level advantages over identical anchor states give each step its own credit",
-                 "several turns where states recur within a group", ("agentic_credit",)),)),
+          published=_kl("k3", "loss", 0.01),
+          claims=(Claim("its paper, §3", "step-level advantages over identical anchor states give each step its own "
+                        "credit", "several turns where states recur within a group", ("agentic_credit",)),)),
     Entry("turn_ppo", "Turn-PPO (turn-level GAE)", "Li et al. 2025, arXiv:2512.17008", "examples/algorithms/turn_ppo.py"),
-    Entry("seeupo", "SeeUPO", "arXiv:2602.06554",
+    Entry("seeupo", "SeeUPO", "arXiv:2602.06554", published=_kl("k3", "loss", 0.002),
           claims=(Claim("its paper, Theorem 1", "the sequential update inherits HAML's monotonic improvement",
                         _DETERMINISTIC_MT + " (each turn an agent); exact advantages", ("multi_turn_monotone",)),
                   Claim("its paper, Theorem 2", "with the reverse order it reaches the global optimum by backward "

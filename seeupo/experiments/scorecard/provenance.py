@@ -26,8 +26,8 @@ ASPECTS = ("advantage", "ratio", "clip", "aggregation and rows", "KL", "discount
            "epochs and minibatches", "other")
 
 PROTOCOL = ("exact mode: the expected batch, 40 Adam epochs at lr 0.05 per update for a clipped surrogate (10 SGD "
-            "steps at lr 5 for a plain policy gradient), no KL; the authors' learning rate (~1e-6), batch and "
-            "minibatch sizes have no tabular counterpart")
+            "steps at lr 5 for a plain policy gradient), the published KL term toward the run's start policy; the "
+            "authors' learning rate (~1e-6), batch and minibatch sizes have no tabular counterpart")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,9 @@ class Setting:
             raise ValueError(f"unknown aspect {self.aspect!r}; expected one of {ASPECTS}")
 
 
-_NO_KL = ("KL 0 in every exact capability", "the exact capabilities carry no reference policy yet (KL estimators and "
-          "their placements are not built yet); a KL term's gradient is 0 at the start of each update")
+#: Where the card's KL term comes from: the catalogue's published settings on top of the KL-free preset.
+_CARD_KL = ("; the card's reference is the run's start policy, frozen (an update measured alone: its own start); "
+            "the preset itself (seeupo verify, seeupo check) has none")
 _EPOCHS = ("the exact protocol", "no tabular counterpart: see the protocol sweep on the card")
 
 S = Setting
@@ -65,7 +66,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
           "0.2, no dual clip", "the dual clip acts only far from ratio 1, which 40 epochs from one batch rarely reach"),
         S("aggregation and rows", "token-mean over the batch; one row per response", f"{VERL} actor.yaml loss_agg_mode",
           "token_mean; one row per turn"),
-        S("KL", "k1 in the reward, 0.001 (off by default)", f"{VERL} ppo_trainer.yaml use_kl_in_reward, kl_ctrl", *_NO_KL),
+        S("KL", "k1 in the reward, 0.001 (off by default)", f"{VERL} ppo_trainer.yaml use_kl_in_reward, kl_ctrl",
+          "none (verl's default)"),
         S("discount", "1", f"{VERL} algorithm.gamma", "1"),
         S("grouping", "none (one response per prompt)", "Schulman et al. 2017", "none"),
         S("epochs and minibatches", "1 epoch, mini-batches of 256 prompts", f"{VERL} actor.yaml ppo_epochs, "
@@ -80,8 +82,10 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("aggregation and rows", "per-response token mean, then the group mean (seq-mean-token-mean); verl's "
           "default and examples token-mean", "Shao et al. 2024, Eq. 3; verl docs/algo/grpo.md",
           "token_mean (verl's default); one row per turn",
-          "verl's examples run token-mean; with the toolkit's equal-length answers the two coincide"),
-        S("KL", "k3 in the loss, beta 0.04", "Shao et al. 2024, §4.2 (\"The KL coefficient is 0.04\"), Eq. 4", *_NO_KL),
+          "verl's examples run token-mean; the paper's 1/|o_i| is preset(\"grpo\", aggregation=\"seq_mean_token_mean\"), "
+          "which differs where answers differ in length (length_weighting)"),
+        S("KL", "k3 in the loss, beta 0.04", "Shao et al. 2024, §4.2 (\"The KL coefficient is 0.04\"), Eq. 4",
+          "k3 in the loss, 0.04" + _CARD_KL),
         S("discount", "none (outcome reward)", "Shao et al. 2024", "1"),
         S("grouping", "G outputs per question (64)", "Shao et al. 2024, §4.2", "G = 4 (the scorecard's sizes)"),
         S("epochs and minibatches", "one update per exploration stage", "Shao et al. 2024, §4.2", *_EPOCHS),
@@ -118,7 +122,7 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("grouping", "16 responses per prompt", "Yu et al. 2025, §4.1", "G = 4"),
         S("epochs and minibatches", "16 gradient updates per rollout step", "Yu et al. 2025, §4.1", *_EPOCHS),
         S("other", "overlong reward shaping (soft punishment past 16,384 tokens)", "Yu et al. 2025, §3.4",
-          "none", "the toolkit's answers have a fixed length"),
+          "none", "the toolkit's answers are at most a few tokens long: there is no budget to overrun"),
     ),
     "gspo": (
         S("advantage", "(R - group mean) / group std", "Zheng et al. 2025, Eq. 6; verl GSPO scripts "
@@ -131,8 +135,9 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
           "test_gspo_3b_math.sh; TRL paper_index.md", "3e-4 / 4e-4 (0.2 in Table 1's row, TABLE1_CLIP)"),
         S("aggregation and rows", "per-sequence mean (seq-mean-token-mean, hard-coded in verl's gspo loss); one row "
           "per response", "Zheng et al. 2025, Eq. 5; verl compute_policy_loss_gspo",
-          "seq_mean_token_mean; one row per turn, the ratio over the trajectory",
-          "per-turn rows weigh each turn as a sequence; a trajectory row would weigh its turns by length"),
+          "seq_mean_token_mean over one row per trajectory (aggregation_rows=trajectory), the ratio over the "
+          "trajectory", "a multi-turn trainer's row is the trajectory (verl's agent loop): a trajectory's turns "
+          "share one token mean, so a longer episode weighs each of its tokens less"),
         S("KL", "omitted (\"for brevity\"); verl and TRL run beta 0", "Zheng et al. 2025, §2; TRL paper_index.md "
           "(beta=0.0)", "none"),
         S("discount", "1", f"{VERL} algorithm.gamma", "1"),
@@ -148,8 +153,10 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("clip", "none", "Ahmadian et al. 2024", "none"),
         S("aggregation and rows", "the completion's log-probability (a token sum); one row per completion",
           "Ahmadian et al. 2024, §3", "token_mean; one row per turn",
-          "with equal-length answers the token mean is the sum over a constant"),
-        S("KL", "sequence-level KL in the reward, 0.05", f"{TRL} RLOOConfig kl_coef / beta", *_NO_KL),
+          "on the expected batch the token mean is the token sum over a constant (the expected token count): the "
+          "same direction, whatever the answers' lengths"),
+        S("KL", "sequence-level KL in the reward, 0.05", f"{TRL} RLOOConfig kl_coef / beta",
+          "k1 summed over the answer's tokens, in the reward, 0.05" + _CARD_KL),
         S("discount", "none", "Ahmadian et al. 2024", "1"),
         S("grouping", "k completions per prompt (2)", f"{TRL} RLOOConfig rloo_k", "G = 4"),
         S("epochs and minibatches", "one update per batch", "Ahmadian et al. 2024", *_EPOCHS),
@@ -165,7 +172,9 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("aggregation and rows", "token mean; one row per response", f"{OPENRLHF} PolicyLoss (masked_mean)",
           "token_mean; one row per turn"),
         S("KL", "k1 in each token's reward, init_kl_coef 0.01, clamped to [-10, 10]", f"{OPENRLHF} "
-          "models/utils.compute_reward", *_NO_KL),
+          "models/utils.compute_reward", "k1 in the reward, 0.01, each turn's tokens summed into its reward; no clamp"
+          + _CARD_KL, "a row is a turn: a token's penalty joins its turn's reward, so the return-to-go of a token "
+          "counts the penalties of the tokens before it in its turn; the clamp never binds on these problems"),
         S("discount", "gamma 1 (honoured for this variant)", f"{OPENRLHF} --gamma", "gae_gamma = 1"),
         S("grouping", "none needed (one sample per prompt allowed)", "Hu 2025", "G = 4 (the draws' group)"),
         S("epochs and minibatches", "1 epoch", f"{OPENRLHF} --max_epochs", *_EPOCHS),
@@ -181,7 +190,7 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("aggregation and rows", "token mean; one row per response", f"{OPENRLHF} PolicyLoss", "token_mean; one row "
           "per turn"),
         S("KL", "the authors' scripts: k2 as a loss, 1e-5 (train_reinforce_baseline_hybrid_engine.sh)", OPENRLHF,
-          *_NO_KL),
+          "k2 in the loss, 1e-5" + _CARD_KL),
         S("discount", "1 (forced)", f"{OPENRLHF} experience_maker", "1"),
         S("grouping", "n samples per prompt (> 1 required)", OPENRLHF, "G = 4"),
         S("epochs and minibatches", "1 epoch", OPENRLHF, *_EPOCHS),
@@ -210,7 +219,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("clip", "0.2", f"{VERL_AGENT} ppo_trainer.yaml", "0.2"),
         S("aggregation and rows", "token-mean; one row per (trajectory, step)", f"{VERL_AGENT} ppo_trainer.yaml "
           "loss_agg_mode", "token_mean; one row per turn"),
-        S("KL", "low_var_kl (k3) in the loss, 0.01", f"{VERL_AGENT} examples/gigpo_trainer/run_*.sh", *_NO_KL),
+        S("KL", "low_var_kl (k3) in the loss, 0.01", f"{VERL_AGENT} examples/gigpo_trainer/run_*.sh",
+          "k3 in the loss, 0.01" + _CARD_KL),
         S("discount", "gamma 0.95 for the step return", f"{VERL_AGENT} examples/gigpo_trainer/run_*.sh "
           "(algorithm.gamma=0.95)", "GAMMA = 0.95"),
         S("grouping", "episode: the group's rollouts (uid); step: identical anchor observations across all turns of "
@@ -227,7 +237,7 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("ratio", "per turn (the turn is one action)", "Li et al. 2025, §3", "sequence, per turn, length-normalised"),
         S("clip", "not confirmed", "Li et al. 2025", "0.2"),
         S("aggregation and rows", "not confirmed", "Li et al. 2025", "token_mean; one row per turn"),
-        S("KL", "not confirmed", "Li et al. 2025", *_NO_KL),
+        S("KL", "not confirmed", "Li et al. 2025", "none", "the paper's KL setting was not confirmed: none is run"),
         S("discount", "0.99", "Li et al. 2025", "0.99 in the advantage; the problems' J undiscounted"),
         S("grouping", "none (a critic)", "Li et al. 2025", "none"),
         S("epochs and minibatches", "not confirmed", "Li et al. 2025", *_EPOCHS),
@@ -240,7 +250,8 @@ DEFINITIONS: dict[str, tuple[Setting, ...]] = {
         S("clip", "0.2", "arXiv:2602.06554, experimental set-up", "0.2"),
         S("aggregation and rows", "turn-oriented batches: one row per trajectory and turn", "arXiv:2602.06554, §4",
           "seq_mean_token_mean; one row per turn"),
-        S("KL", "k3 (low_var_kl) in the loss, 0.002", "arXiv:2602.06554, experimental set-up", *_NO_KL),
+        S("KL", "k3 (low_var_kl) in the loss, 0.002", "arXiv:2602.06554, experimental set-up",
+          "k3 in the loss, 0.002" + _CARD_KL),
         S("discount", "none", "arXiv:2602.06554", "1"),
         S("grouping", "8 rollouts per task", "arXiv:2602.06554, experimental set-up", "G = 4"),
         S("epochs and minibatches", "1 epoch, 1 minibatch per turn", "the reference code (docs/method.md §5)",
@@ -282,7 +293,7 @@ def algorithms_markdown() -> str:
              "one setting the toolkit takes their default and registers the others as presets (`gigpo_std`: GiGPO's "
              "`mode=\"mean_std_norm\"`; `reinforce_pp_baseline`).", "",
              f"Every exact capability runs one protocol: {PROTOCOL}. Each card measures the capabilities that run the "
-             "optimizer again at other step sizes (its protocol sweep).", ""]
+             "optimizer again at other step sizes and with a quarter of the optimizer steps per update (its protocol sweep).", ""]
     for e in CATALOGUE:
         lines += definition_markdown(e.name, f"{e.title}: {e.paper}")
     return "\n".join(lines)

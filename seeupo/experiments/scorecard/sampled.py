@@ -27,6 +27,7 @@ import math
 import time
 from typing import Any
 
+from seeupo.core.config import registered_functions
 from seeupo.experiments.gradient_check import policy_at, random_starts
 from seeupo.experiments.scorecard import rules
 from seeupo.experiments.scorecard.base import Context, Measured, Sizes, _generator, constant_J
@@ -53,9 +54,11 @@ def _updates(ctx: Context) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor: int, sizes: Sizes) -> list[dict[str, Any]]:
+def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor: int, sizes: Sizes,
+                      _functions: tuple[object, ...]) -> list[dict[str, Any]]:
     """Per problem instance (``J`` constant under every policy: left out): its words, ``J`` after each of the own
-    exact updates, ``J*`` and the value scale. Memoised: both convergence capabilities read the same runs."""
+    exact updates, ``J*`` and the value scale. Memoised (per configuration and registered functions): both
+    convergence capabilities read the same runs."""
     from seeupo.tabular.gradient import value_scale
     from seeupo.tabular.train import AlgorithmStep, RunConfig, TabularPolicy, track
 
@@ -74,7 +77,8 @@ def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor:
 
 
 def _runs(ctx: Context) -> list[dict[str, Any]]:
-    return _convergence_runs(ctx.name, ctx.config, ctx.optimizer, ctx.lr, ctx.iterations_factor, ctx.sizes)
+    return _convergence_runs(ctx.name, ctx.config, ctx.optimizer, ctx.lr, ctx.iterations_factor, ctx.sizes,
+                             registered_functions(ctx.config))
 
 
 def first_converged(J: list[float], J_star: float, scale: float) -> int | None:
@@ -143,9 +147,11 @@ def draw_parts(s: Sizes) -> list[tuple[str, TreeMDP, int]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _laws(name: str, config: Any, optimizer: str, lr: float, sizes: Sizes) -> list[dict[str, Any]]:
+def _laws(name: str, config: Any, optimizer: str, lr: float, sizes: Sizes,
+          _functions: tuple[object, ...]) -> list[dict[str, Any]]:
     """Per case (problem instance and start; ``J`` constant under every policy: left out): the exact law of one
-    sampled update (:func:`seeupo.tabular.draws.one_sampled_update`). Memoised: both draw capabilities read it."""
+    sampled update (:func:`seeupo.tabular.draws.one_sampled_update`). Memoised (per configuration and registered
+    functions): both draw capabilities read it."""
     from seeupo.tabular.draws import one_sampled_update
 
     out = []
@@ -171,7 +177,7 @@ def _draws_covered(ctx: Context) -> str:
 
 
 def _law_cases(ctx: Context) -> list[dict[str, Any]]:
-    return _laws(ctx.name, ctx.config, ctx.optimizer, ctx.lr, ctx.sizes)
+    return _laws(ctx.name, ctx.config, ctx.optimizer, ctx.lr, ctx.sizes, registered_functions(ctx.config))
 
 
 def sampled_update_safety(ctx: Context) -> Measured:

@@ -138,6 +138,22 @@ def _difficulty_units(ctx: Context) -> list[Unit]:
     return [Unit(lambda: _flat_direction(problem, uniform, algorithm), 1 + s.starts)]
 
 
+def _length_units(ctx: Context) -> list[Unit]:
+    """One expected first step of each answer-length problem, standing for each of its starts."""
+    from seeupo.experiments.scorecard.capabilities import LENGTH_SPELLINGS
+
+    s = ctx.sizes
+    algorithm = ctx.config.replace(group_size=s.group_size)
+    out = []
+    for k, (vocab, length) in enumerate(LENGTH_SPELLINGS):
+        problem = random_token_bandit(s.instances, 1, vocab, length, end_token=0, reward_levels=3,
+                                      generator=_generator(s, "length_weighting", k))
+        uniform = random_starts(problem, 0, torch.Generator())[0]
+        out.append(Unit(lambda problem=problem, uniform=uniform: _flat_direction(problem, uniform, algorithm),
+                        1 + s.starts))
+    return out
+
+
 def units(ctx: Context, capability: str) -> list[Unit]:
     """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
     if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
@@ -146,7 +162,7 @@ def units(ctx: Context, capability: str) -> list[Unit]:
             "agentic_credit": _credit_units, "reward_invariance": _invariance_units,
             "zero_variance_groups": _zero_variance_units, "sampled_update_safety": _draw_units,
             "sampled_update_signal": lambda ctx: [], "difficulty_weighting": _difficulty_units,
-            "lm_bridge": lambda ctx: []}[capability](ctx)
+            "length_weighting": _length_units, "lm_bridge": lambda ctx: []}[capability](ctx)
 
 
 def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
 from seeupo.core.registry import adv_estimator
+from seeupo.interrupts import ignore_interrupts_in_worker, interrupts_held_for_new_processes
 from seeupo.experiments.verdicts import TABLE1_SEARCHES, refused_label
 from seeupo.experiments.verify.cells import (BASE_SETTINGS, CellResult, VerifyConfig, _load_plugins, exact_refusal,
                                              refused_cell, run_cell, setting_runs, settings)
@@ -71,11 +72,13 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         if cfg.workers > 1:
             # a process pool that notices a worker dying (BrokenProcessPool) instead of waiting for it forever,
             # and that drops the queued cells at the first error (a plugin's one line) or interrupt
-            pool = ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"), initializer=_load_plugins,
+            pool = ProcessPoolExecutor(cfg.workers, mp_context=mp.get_context("spawn"), initializer=_start_worker,
                                        initargs=(cfg.plugins,))
             try:
-                pending = pool.submit(_table1_replays, cfg, replay_keys)
-                for future in as_completed([pool.submit(run_cell, *task) for task in tasks]):
+                with interrupts_held_for_new_processes():  # the pool starts its workers as tasks are submitted
+                    pending = pool.submit(_table1_replays, cfg, replay_keys)
+                    futures = [pool.submit(run_cell, *task) for task in tasks]
+                for future in as_completed(futures):
                     record(future.result())
                 replays = pending.result()
             except KeyboardInterrupt:
@@ -122,6 +125,12 @@ def verify(cfg: VerifyConfig, rows: list[Row] | None = None, progress: Callable[
         apply_counterexamples(report, consult_counterexamples(cfg.algorithms, cfg.algorithm_counterexamples, cfg.tol))
     report["seconds"] = time.perf_counter() - start
     return report
+
+
+def _start_worker(plugins: tuple[str, ...]) -> None:
+    """A worker leaves Ctrl-C to this process (which ends it), then imports the plugins."""
+    ignore_interrupts_in_worker()
+    _load_plugins(plugins)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

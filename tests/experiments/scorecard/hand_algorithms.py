@@ -8,6 +8,8 @@
 * ``range_flip_pg``: ``exact_pg`` where the batch's rewards span exactly [0, 1], ``anti_pg`` elsewhere.
 * ``token_bonus_pg``: a fixed bonus for actions whose first token is 0, whatever the rewards.
 * ``anti_bonus_pg``: ``anti_pg`` plus a thousandth of that bonus: downhill, and moving where no reward differs.
+* ``length_mean_pg``: ``exact_pg`` with each answer's tokens averaged: the policy gradient wherever answers have one
+  length, turned away from it where they do not.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import torch
 
 from seeupo.core.config import preset, register_preset
-from seeupo.core.registry import register_adv_est, register_policy_loss
+from seeupo.core.registry import register_adv_est, register_aggregation, register_policy_loss
 
 
 @register_adv_est("anti_oracle", needs_oracle=True, lm=False)
@@ -98,3 +100,13 @@ def turn0_frozen(logp_new: Any, batch: Any, adv: Any, cfg: Any) -> Any:
 register_preset(preset("rloo", name="shifted_pg", advantage="shifted_oracle"))
 register_preset(preset("rloo", name="frozen_pg", advantage="zero_advantage"))
 register_preset(preset("rloo", name="turn0_frozen_pg", advantage="oracle", update="turn0_frozen"))
+
+
+@register_aggregation("token_mean_per_answer")
+def token_mean_per_answer(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
+    """Each answer's tokens averaged, then a mean over answers (``seq_mean_token_mean``, re-registered here so that
+    the test sees a user's aggregation reach the capability): ``c_i = w_i / (n_i sum_k w_k)``."""
+    return weight / n_tokens.clamp_min(1), weight
+
+
+register_preset(preset("rloo", name="length_mean_pg", advantage="oracle", aggregation="token_mean_per_answer"))

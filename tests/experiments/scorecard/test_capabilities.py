@@ -35,7 +35,7 @@ def scores(name: str, capabilities=EXACT, out=None) -> dict:
 
 #: The capabilities of an expected update's sign and direction, where the exact policy gradient scores 1.
 EXPECTED = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
-            "agentic_credit", "reward_invariance", "zero_variance_groups", "difficulty_weighting")
+            "agentic_credit", "reward_invariance", "zero_variance_groups", "difficulty_weighting", "length_weighting")
 
 
 def test_the_exact_policy_gradient_scores_one_on_every_expected_update_capability(hand, tmp_path):
@@ -54,7 +54,8 @@ def test_the_exact_policy_gradient_scores_one_on_every_expected_update_capabilit
 def test_its_negation_scores_zero_on_improvement_convergence_and_credit(hand, tmp_path):
     measured = scores("anti_pg", out=tmp_path)
     for name in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
-                 "multi_turn_convergence", "convergence_speed", "agentic_credit", "difficulty_weighting"):
+                 "multi_turn_convergence", "convergence_speed", "agentic_credit", "difficulty_weighting",
+                 "length_weighting"):
         assert measured[name].score.value == 0.0, name
         assert measured[name].worst
     assert measured["sampled_update_safety"].score.value < 0.01  # nearly every draw lowers J
@@ -166,3 +167,19 @@ def test_a_group_std_weighs_prompts_by_their_spread_and_dr_grpo_does_not():
         plugins.forget_plugins()
     assert dr.score.value == 1.0 and dr.worst is None
     assert grpo.score.value < 0.95 and "cosine with grad J" in grpo.worst
+
+
+def test_averaging_each_answer_s_tokens_turns_the_update_only_where_answers_differ_in_length(hand):
+    """Dr. GRPO's length bias, measured: the exact advantage with each answer's tokens averaged (1/|o|) is the policy
+    gradient on every problem whose answers have one length, and turns away from it where they end at an end token;
+    summing them over a constant (Dr. GRPO's aggregation, loaded from its plugin) does not."""
+    from seeupo import plugins
+    from seeupo.experiments.scorecard.capabilities import difficulty_weighting, length_weighting, reward_invariance
+
+    averaged = context("length_mean_pg", TINY, None)
+    assert difficulty_weighting(averaged).score.value == 1.0 and reward_invariance(averaged).score.value == 1.0
+    measured = length_weighting(averaged)
+    assert measured.score.value < 0.99 and "ending at token 0" in measured.worst and "cosine with grad J" in measured.worst
+    plugins.load_plugin(str(Path(__file__).resolve().parents[3] / "examples" / "algorithms" / "dr_grpo.py"))
+    dr = length_weighting(context("dr_grpo", TINY, None))
+    assert dr.score.value == 1.0 and dr.worst is None

@@ -217,9 +217,9 @@ def test_the_plan_line_states_the_calibrated_estimate():
     from seeupo.experiments.scorecard.card import BRIDGE_SECONDS_PER_SEED, WRITE_SECONDS, Calibration, estimate, plan_line
 
     cal = Calibration({"single_turn_monotone": 10.0, "multi_turn_convergence": 20.0}, seconds=2.0)
-    sizes = Sizes(sweep_lr=())
-    # the protocol sweep measures both again (they run the optimizer) at each of its step sizes
-    assert estimate(Sizes(), cal, bridge=False) == pytest.approx(32.0 + 2 * 30.0 + WRITE_SECONDS)
+    sizes = Sizes(sweep_lr=(), sweep_epochs=())
+    # the protocol sweep measures both again (they run the optimizer) at each of its 2 step sizes and 1 epochs factor
+    assert estimate(Sizes(), cal, bridge=False) == pytest.approx(32.0 + 3 * 30.0 + WRITE_SECONDS)
     assert estimate(sizes, cal, bridge=False) == pytest.approx(32.0 + WRITE_SECONDS)
     assert estimate(sizes, cal, bridge=True) == pytest.approx(32.0 + WRITE_SECONDS + 5 * BRIDGE_SECONDS_PER_SEED)
     line = plan_line("grpo", sizes, cal, bridge=False)
@@ -301,27 +301,46 @@ def test_one_thread_measures_what_two_measure():
 
 
 def test_the_protocol_sweep_measures_the_optimizer_capabilities_again(monkeypatch):
-    """Each capability that runs the optimizer is measured at lr x f for every sweep factor; the others are not."""
+    """Each capability that runs the optimizer is measured at lr x f for every step-size factor and at epochs x f for
+    every epochs factor; the others are not. An epochs factor that leaves one step per update is the protocol itself:
+    its scores are the card's, not measured again."""
     from seeupo.experiments.scorecard import card as card_module
     from seeupo.experiments.scorecard.capabilities import CAPABILITIES
 
     seen = []
 
     def fake(cap, ctx):
-        seen.append((cap.name, ctx.lr))
-        return Measured(Score(ctx.lr / 10, 1, None), "")
+        seen.append((cap.name, ctx.lr, ctx.config.epochs))
+        return Measured(Score(ctx.lr / 10 + ctx.config.epochs / 1000, 1, None), "")
 
     monkeypatch.setattr(card_module, "_measure", fake)
-    sizes = Sizes(sweep_lr=(0.5, 2.0))
+    sizes = Sizes(sweep_lr=(0.5, 2.0), sweep_epochs=(0.25,))
     only = ["single_turn_monotone", "agentic_credit", "sampled_update_safety"]
     card = card_module.score_card("grpo", sizes, None, bridge=False, only=only, say=lambda m: None)
-    lr = 0.05
-    assert sorted(seen) == sorted([(n, lr) for n in only] + [(n, lr * f) for n in ("single_turn_monotone",
-                                   "sampled_update_safety") for f in (0.5, 2.0)])
-    assert card.sweep == {"single_turn_monotone": {"0.5": lr * 0.5 / 10, "2": lr * 2 / 10},
-                          "sampled_update_safety": {"0.5": lr * 0.5 / 10, "2": lr * 2 / 10}}
-    assert card_module.sweep_range(card, "single_turn_monotone") == (lr * 0.5 / 10, lr * 2 / 10)
+    lr, epochs = 0.05, 40
+    swept = ("single_turn_monotone", "sampled_update_safety")
+    assert sorted(seen) == sorted([(n, lr, epochs) for n in only] + [(n, lr * f, epochs) for n in swept
+                                                                     for f in (0.5, 2.0)] + [(n, lr, 10) for n in swept])
+    points = {"lr x 0.5": lr * 0.5 / 10 + 0.04, "lr x 2": lr * 2 / 10 + 0.04, "epochs x 0.25": lr / 10 + 0.01}
+    assert card.sweep == {n: points for n in swept}
+    assert card_module.sweep_range(card, "single_turn_monotone") == (lr / 10 + 0.01, lr * 2 / 10 + 0.04)
     assert card_module.sweep_range(card, "agentic_credit") is None
     again = Card.from_dict(json.loads(json.dumps(card.to_dict())))
     assert again.sweep == card.sweep and "| single_turn_monotone |" in markdown(card)
     assert {c.name for c in CAPABILITIES if c.protocol} >= set(card.sweep)
+
+
+def test_an_epochs_factor_that_leaves_one_step_is_the_card_s_own_score(monkeypatch):
+    """RLOO takes one gradient step per update: epochs x 0.25 is still 1, the same computation, not measured again."""
+    from seeupo.experiments.scorecard import card as card_module
+
+    seen = []
+
+    def fake(cap, ctx):
+        seen.append(ctx.config.epochs)
+        return Measured(Score(0.5, 1, None), "")
+
+    monkeypatch.setattr(card_module, "_measure", fake)
+    card = card_module.score_card("rloo", Sizes(sweep_lr=(), sweep_epochs=(0.25,)), None, bridge=False,
+                                  only=["single_turn_monotone"], say=lambda m: None)
+    assert seen == [1] and card.sweep == {"single_turn_monotone": {"epochs x 0.25": 0.5}}

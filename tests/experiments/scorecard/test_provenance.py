@@ -41,4 +41,20 @@ def test_the_definitions_fixed_in_this_pass_match_their_sources():
         assert {"gigpo", "gigpo_std"} <= set(PRESETS)
     finally:
         plugins.forget_plugins()
-    assert {s.aspect for s in departures("seeupo")} == {"KL", "epochs and minibatches", "other"}
+    assert {s.aspect for s in departures("seeupo")} == {"epochs and minibatches", "other"}
+
+
+def test_each_card_s_kl_term_is_the_one_its_definition_table_names():
+    """The catalogue's published KL settings (which the cards run) and the KL row of each definition table agree:
+    the estimator, whether it sits in the reward, and the coefficient."""
+    from seeupo.experiments.scorecard.catalogue import CATALOGUE
+
+    for e in CATALOGUE:
+        row = next(s for s in definition(e.name) if s.aspect == "KL")
+        settings = dict(e.published)
+        if not settings:
+            assert row.toolkit.startswith("none"), e.name
+            continue
+        coef = {0.04: "0.04", 0.05: "0.05", 0.01: "0.01", 1e-5: "1e-5", 0.002: "0.002"}[settings["kl_coef"]]
+        assert row.toolkit.startswith(settings["kl_estimator"]) and coef in row.toolkit, (e.name, row.toolkit)
+        assert ("in the reward" in row.toolkit) == (settings["kl_placement"] == "reward"), e.name

@@ -1,0 +1,84 @@
+"""Behaviour policies: what generated the rows when it is not the policy being updated.
+
+An inference engine samples with a temperature, top-k and top-p truncation, or kernels whose numbers differ
+from the trainer's; an asynchronous trainer learns from rollouts of a policy some updates old. Either way the
+rows come from a behaviour policy ``mu`` and the update reads ``pi_old``'s log-probabilities
+(:attr:`seeupo.core.batch.SampleBatch.logp_behaviour`). :func:`behaviour_policy` builds ``mu`` exactly from
+``pi`` for a :class:`Sampler`, token by token as an engine samples; a stale ``mu`` is a copy of an earlier
+policy (:func:`seeupo.tabular.kl.reference_policy` copies one). The exact engine then weights every path by
+``mu``'s probability (:func:`seeupo.tabular.rollout.exact_advantages` with ``behaviour=``), so the expected
+update of a correction (:mod:`seeupo.core.corrections`) is computed, not sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seeupo.tabular.policies import TabularPolicy
+from seeupo.tabular.problems import DTYPE, TreeMDP
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """How an inference engine draws each token from the policy's conditional: divide the logits by
+    ``temperature``, keep the ``top_k`` most likely tokens (0: all), then the smallest set of most likely tokens
+    whose probability reaches ``top_p`` (vLLM's order), renormalise; ``noise`` adds seeded Gaussian noise of that
+    standard deviation to every log-probability first (a stand-in for kernels that compute other numbers)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    noise: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: no truncation), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.noise < 0:
+            raise ValueError(f"noise must be >= 0, got {self.noise}")
+
+    @property
+    def on_policy(self) -> bool:
+        return self.temperature == 1.0 and self.top_k == 0 and self.top_p == 1.0 and self.noise == 0.0
+
+
+def sampled_conditional(log_probs: Tensor, sampler: Sampler, generator: torch.Generator | None = None) -> Tensor:
+    """``[..., V]`` log-probabilities of the next token as ``sampler`` draws it from ``log_probs`` (``-inf`` on the
+    tokens it never draws)."""
+    logits = log_probs
+    if sampler.noise > 0:
+        noise = torch.randn(log_probs.shape, generator=generator, dtype=log_probs.dtype)
+        logits = logits + sampler.noise * noise
+    logits = logits / sampler.temperature
+    if sampler.top_k and sampler.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampler.top_k, dim=-1).values[..., -1:]
+        logits = torch.where(logits >= kth, logits, -torch.inf)
+    probs = torch.softmax(logits, dim=-1)
+    if sampler.top_p < 1:
+        ordered, order = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(ordered, dim=-1) - ordered  # mass of the more likely tokens
+        keep_sorted = before < sampler.top_p  # the most likely token is always kept
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        logits = torch.where(keep, logits, -torch.inf)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def behaviour_policy(problem: TreeMDP, policy: TabularPolicy, sampler: Sampler) -> TabularPolicy:
+    """The behaviour policy ``mu`` of ``policy`` drawn through ``sampler``, exactly: an independent, frozen
+    policy whose every token conditional is :func:`sampled_conditional` of ``policy``'s."""
+    generator = torch.Generator().manual_seed(sampler.seed)
+    mu = TabularPolicy(problem)
+    with torch.no_grad():
+        tables = [[sampled_conditional(table.to(DTYPE), sampler, generator) for table in turn]
+                  for turn in policy.token_log_probs()]
+    mu.set_token_log_probs(tables)
+    mu.requires_grad_(False)
+    return mu

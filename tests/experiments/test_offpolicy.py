@@ -1,0 +1,32 @@
+"""The off-policy and KL report (seeupo.experiments.offpolicy): the facts its tables must show, on one instance."""
+
+from __future__ import annotations
+
+from seeupo.experiments.offpolicy import corrections_markdown, corrections_table, kl_markdown, kl_table
+
+
+def test_the_corrections_table_shows_which_correction_is_exact_where():
+    table = corrections_table(instances=1, seed=0)
+    verdict = {(r["problem"], r["behaviour"], r["correction"]): r["verdict"] for r in table["rows"]}
+    problems = {r["problem"] for r in table["rows"]}
+    for problem in problems:
+        # the trajectory's importance weight, uncapped, is exact wherever mu covers what pi plays
+        for behaviour in ("temperature 0.7", "noise 0.3 (other kernels)", "stale by 1 update", "stale by 4 updates"):
+            assert verdict[(problem, behaviour, "sequence_is, no cap")] == "unbiased", (problem, behaviour)
+            assert verdict[(problem, behaviour, "none")] != "unbiased", (problem, behaviour)
+        # top-p drops answers pi plays: no weight on the rows mu draws can bring them back
+        assert all(verdict[(problem, "top-p 0.9", c)] != "unbiased" for c in table["corrections"])
+    text = corrections_markdown(table)
+    assert text.count("## ") == len(problems) and "`sequence_is, no cap`" in text
+
+
+def test_the_kl_table_shows_the_gradient_of_each_estimator_and_placement():
+    table = kl_table(instances=1, seed=0)
+    row = {(r["problem"], r["estimator"], r["placement"]): r for r in table["rows"]}
+    one, many = "one token of 4", "2 turns of 2 tokens of 3"
+    assert row[(one, "k1", "loss")]["zero"] < 1e-12 and row[(many, "k1", "loss")]["zero"] < 1e-12
+    assert row[(one, "k2", "loss")]["reverse"] < 1e-9 and row[(one, "k3", "loss")]["forward"] < 1e-9
+    assert row[(one, "k3", "loss_is")]["reverse"] < 1e-9
+    assert row[(many, "k1", "reward")]["reverse"] < 1e-9
+    assert row[(many, "k2", "loss")]["reverse"] > 1e-3 and row[(many, "k3", "loss")]["forward"] > 1e-3
+    assert "| one token of 4 | `k3` | grad KL(ref || pi) | grad KL(pi || ref) |" in kl_markdown(table)
