@@ -138,6 +138,25 @@ class TabularPolicy(torch.nn.Module):
             out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
         return out
 
+    def token_entropies(self, batch: SampleBatch) -> Tensor:
+        """``[n, L_max]`` the entropy of each of the batch's tokens' conditional distributions,
+        ``-sum_y pi(y | h, y_<j) log pi(y | h, y_<j)`` (0 on padding and after an answer's end); differentiable."""
+        hist, action = batch.data["hist"], batch.data["action"]
+        out = torch.zeros(batch.num_rows, self.max_tokens, dtype=DTYPE)
+        for t, (vocab, length) in enumerate(self.tokens):
+            rows = ((batch.turn == t) & batch.valid).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            prefix, _ = token_digits(action[rows], vocab, length)
+            inst, h = batch.instance[rows], hist[rows]
+            cols = []
+            for j in range(length):
+                logp = torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j]]  # [rows, V]
+                cols.append(-(logp.exp() * logp).sum(-1))
+            spelled = torch.arange(length)[None, :] < self.answer_lengths[t][action[rows]][:, None]
+            out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
+        return out
+
     @torch.no_grad()
     def set_action_probs(self, probs: list[Tensor]) -> None:
         """Set an independent policy to the given ``pi(a | h)`` per turn (``[I, N_t, A_t]``).
