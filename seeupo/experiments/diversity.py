@@ -81,7 +81,11 @@ def _identity(before: torch.Tensor, after: torch.Tensor) -> tuple[float, float]:
 #: that algorithm's card (its protocol and published KL term); ``clip_cov`` and ``kl_cov`` are plugins.
 CONTROLS = (("grpo, clip-higher 0.28", "grpo", {"clip_eps_high": 0.28}),
             ("grpo, entropy bonus 0.001", "grpo", {"entropy_coef": 0.001}),
-            ("clip_cov", "clip_cov", {}), ("kl_cov", "kl_cov", {}))
+            ("clip_cov", "clip_cov", {}), ("kl_cov", "kl_cov", {}),
+            # Clip-Cov's clip without its covariance rule, and GRPO unclipped: what the two covariance rules add
+            ("grpo, clip 1 / 1 (clip_cov's, no covariance rule)", "grpo", {"clip_eps_low": 1 - 1e-6, "clip_eps_high": 1.0}),
+            ("grpo, unclipped (kl_cov's surrogate, no covariance rule)", "grpo", {"clip_eps_low": 1 - 1e-6,
+                                                                                   "clip_eps_high": 1e6}))
 
 
 def run_algorithm(name: str, problem: TreeMDP, updates: int, plugins: tuple[str, ...] = (),
