@@ -82,10 +82,12 @@ def _identity(before: torch.Tensor, after: torch.Tensor) -> tuple[float, float]:
 CONTROLS = (("grpo, clip-higher 0.28", "grpo", {"clip_eps_high": 0.28}),
             ("grpo, entropy bonus 0.001", "grpo", {"entropy_coef": 0.001}),
             ("clip_cov", "clip_cov", {}), ("kl_cov", "kl_cov", {}),
-            # Clip-Cov's clip without its covariance rule, and GRPO unclipped: what the two covariance rules add
-            ("grpo, clip 1 / 1 (clip_cov's, no covariance rule)", "grpo", {"clip_eps_low": 1 - 1e-6, "clip_eps_high": 1.0}),
-            ("grpo, unclipped (kl_cov's surrogate, no covariance rule)", "grpo", {"clip_eps_low": 1 - 1e-6,
-                                                                                   "clip_eps_high": 1e6}))
+            # Clip-Cov's clip without its covariance rule, and GRPO unclipped, both without a KL term as the two
+            # plugins' presets: what the covariance rules add
+            ("grpo, no KL, clip 1 / 1 (clip_cov's, no covariance rule)", "grpo",
+             {"kl_coef": 0.0, "clip_eps_low": 1 - 1e-6, "clip_eps_high": 1.0}),
+            ("grpo, no KL, unclipped (kl_cov's surrogate, no covariance rule)", "grpo",
+             {"kl_coef": 0.0, "clip_eps_low": 1 - 1e-6, "clip_eps_high": 1e6}))
 
 
 def run_algorithm(name: str, problem: TreeMDP, updates: int, plugins: tuple[str, ...] = (),
