@@ -141,6 +141,16 @@ def summary(run: dict[str, Any], j_star: list[float]) -> dict[str, Any]:
     }
 
 
+def curves(run: dict[str, Any]) -> dict[str, list[float]]:
+    """After each update, the means over the instances of ``J``, the entropy, the alternative mass and pass@k for
+    each ``k`` of :data:`KS` (``pass@k``): what a plot of the run needs, without the per-instance detail."""
+    mean = lambda xs: round(sum(xs) / len(xs), 6)  # noqa: E731
+    out: dict[str, list[float]] = {key: [mean(h[key]) for h in run["history"]] for key in ("J", "entropy", "alternative")}
+    for j, k in enumerate(KS):
+        out[f"pass@{k}"] = [mean([p[j] for p in h["pass"]]) for h in run["history"]]
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
     lines = ["# Entropy and pass@k along exact updates", "",
@@ -195,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             measured[words][label] = summary(runs[words][label], j_star)
             print(f"{words}, {label}: done ({time.perf_counter() - start:.0f} s)")
     report = {"settings": {"seed": args.seed, "instances": args.instances, "updates": args.updates, "ks": list(KS)},
-              "settings_measured": measured, "runs": runs, "seconds": round(time.perf_counter() - start, 1)}
+              "settings_measured": measured, "curves": {words: {label: curves(run) for label, run in by_label.items()}
+                                                        for words, by_label in runs.items()},
+              "seconds": round(time.perf_counter() - start, 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "diversity.json").write_text(json.dumps(report, indent=1) + "\n")
