@@ -59,6 +59,14 @@ def _problems(instances: int, seed: int) -> list[tuple[str, TreeMDP]]:
     ]
 
 
+def _against(step: torch.Tensor, true: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per instance, the cosine of ``step`` with ``true`` (``nan`` where either is zero) and ``|step - true| / |true|``."""
+    cosines = [float(s @ g / (s.norm() * g.norm())) if s.norm() > 0 and g.norm() > 0 else math.nan
+               for s, g in zip(step, true)]
+    errors = [float((s - g).norm() / g.norm()) if g.norm() > 0 else 0.0 for s, g in zip(step, true)]
+    return cosines, errors
+
+
 def _verdict(cosines: list[float], errors: list[float]) -> str:
     """The gradient verdicts' words: unbiased (to ``REL_TOL``), unbiased up to a positive scale (parallel to
     ``grad J`` on every instance), biased but uphill, points downhill."""
@@ -97,9 +105,7 @@ def corrections_table(instances: int = 4, seed: int = 0, say=lambda m: None) -> 
                 cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
                              **settings)
                 step = torch.cat(update_direction(problem, policy, cfg, behaviour=mu)[0], 1)
-                cosines = [float(s @ g / (s.norm() * g.norm())) if s.norm() > 0 and g.norm() > 0 else math.nan
-                           for s, g in zip(step, true)]
-                errors = [float((s - g).norm() / g.norm()) if g.norm() > 0 else 0.0 for s, g in zip(step, true)]
+                cosines, errors = _against(step, true)
                 rows.append({"problem": words, "behaviour": name, "correction": correction,
                              "worst_cosine": min(cosines), "largest_error": max(errors),
                              "verdict": _verdict(cosines, errors)})
@@ -148,9 +154,7 @@ def admission_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
                 cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
                              **settings)
                 step_ = torch.cat(admitted_direction(problem, policy, cfg, past if stale else None, age), 1)
-                cosines = [float(a @ g / (a.norm() * g.norm())) if a.norm() > 0 and g.norm() > 0 else math.nan
-                           for a, g in zip(step_, true)]
-                errors = [float((a - g).norm() / g.norm()) if g.norm() > 0 else 0.0 for a, g in zip(step_, true)]
+                cosines, errors = _against(step_, true)
                 batch, _ = admitted_batch(problem, policy, cfg, past if stale else None, age)
                 length = float((batch.weight * batch.valid).sum() / batch.num_instances)
                 rows.append({"problem": f"stop or continue, {turns} turns", "admission": words, "correction": correction,
