@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import AlgorithmConfig
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 
@@ -84,7 +86,8 @@ def behaviour_policy(problem: TreeMDP, policy: TabularPolicy, sampler: Sampler) 
     return mu
 
 
-def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg, past: list[TabularPolicy] | None, max_age: int):
+def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, past: list[TabularPolicy] | None,
+                   max_age: int) -> tuple[SampleBatch, Tensor]:
     """The exact batch of an asynchronous trainer that admits an episode only if it is at most ``max_age`` updates
     old, where an episode of ``n`` turns took ``n`` updates' time, so it was started (and drawn) ``n`` updates before
     it is read: its rows come from ``past[-n]`` (the start policy, ``past[0]``, when none is that old; ``past=None``:
@@ -126,8 +129,8 @@ def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg, past: list[Tabu
     return admitted, compute_advantages(admitted, cfg, critic_values=critic, oracle=oracle)
 
 
-def admitted_direction(problem: TreeMDP, policy: TabularPolicy, cfg, past: list[TabularPolicy] | None,
-                       max_age: int) -> list[Tensor]:
+def admitted_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                       past: list[TabularPolicy] | None, max_age: int) -> list[Tensor]:
     """The expected first step of ``cfg``'s update per turn (``[I, P_t]``) on :func:`admitted_batch`."""
     from seeupo.tabular.gradient import first_step_per_turn
 
