@@ -84,6 +84,9 @@ class AlgorithmConfig:
         ``"loss_is"`` (in the loss, each token's estimate times its ratio ``pi / pi_old``), or
         ``"reward"`` (subtracted from each turn's reward before the advantages, verl's
         ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
+      entropy_coef: an entropy bonus: the loss minus this times the entropy of each token's whole
+        conditional distribution, aggregated as the objective (verl's ``entropy_coeff``, 0 by default;
+        the policy must give ``token_entropies``: the tabular engine's do).
       correction: for rows drawn from a behaviour policy other than the one the update's old
         log-probabilities score (``SampleBatch.logp_behaviour``: a stale policy, an inference
         engine's sampler), a registered rollout correction
@@ -157,6 +160,7 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     kl_estimator: str = dataclasses.field(default="k3", metadata={"choices": KL_ESTIMATORS.names})
     kl_placement: KlPlacement = "loss"
+    entropy_coef: float = 0.0
     correction: str = dataclasses.field(default="none", metadata={"choices": ROLLOUT_CORRECTIONS.names})
     correction_cap: float = 2.0
     correction_floor: float = 0.5

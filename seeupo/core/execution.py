@@ -19,7 +19,7 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.factor import apply_m_factor, ratio_from_logps
-from seeupo.core.losses import kl_term, policy_objective, row_coefficients
+from seeupo.core.losses import aggregate, kl_term, policy_objective, row_coefficients
 from seeupo.core.parallel import DataParallel, owned, owner_scored
 from seeupo.core.registry import policy_loss
 
@@ -44,6 +44,8 @@ class Policy(Protocol):
     # optional: ``micro_batches(batch, max_rows, max_tokens, whole_trajectories) -> list[Tensor]``, the
     # row indices of an optimizer step's forward/backward passes under the limits, where a policy
     # knows what its passes forward (a packed language-model layout); otherwise micro_batch_plan
+    # optional: ``token_entropies(batch) -> [n, L]``, the entropy of each token's whole conditional
+    # distribution (differentiable), which an entropy bonus (``AlgorithmConfig.entropy_coef``) needs
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +246,9 @@ def optimizer_step(
     logp_ref, row_tokens, dp = settings.logp_ref, settings.row_tokens, settings.dp
     if cfg.kl_coef > 0.0 and cfg.kl_placement != "reward" and logp_ref is None:
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
+    if cfg.entropy_coef > 0.0 and not hasattr(policy, "token_entropies"):
+        raise ValueError(f"entropy_coef > 0 needs a policy that gives each token's entropy ({type(policy).__name__} "
+                         "does not: the tabular engine's policies do, the language-model trainer's do not yet)")
     trained = batch if pending is None else batch.with_updates(valid=batch.valid & ~pending.finished)
     coef = row_coefficients(trained, cfg.aggregation, cfg.aggregation_rows)
     token_coef = row_coefficients(trained, "token_mean")
@@ -279,6 +284,9 @@ def optimizer_step(
             logp = torch.where(finished[:, None], micro.logp_old.to(logp.dtype), logp)  # ratio 1: adds exactly 0
         objective, info = policy_objective(logp, micro, micro_weight, cfg, coef=coef[rows], token_coef=token_coef[rows])
         loss = -objective
+        if cfg.entropy_coef > 0.0:  # verl's entropy_coeff: the entropy aggregated as the objective, added to it
+            entropy = aggregate(policy.token_entropies(micro), micro, cfg.aggregation, coef[rows], cfg.aggregation_rows)  # type: ignore[attr-defined]
+            loss = loss - cfg.entropy_coef * entropy
         if cfg.kl_coef > 0.0 and cfg.kl_placement != "reward":
             kl = kl_term(logp, micro, logp_ref[rows], cfg, coef[rows])
             loss = loss + cfg.kl_coef * kl

@@ -114,6 +114,20 @@ def with_kl_in_reward(batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig
     return batch.with_updates(reward=batch.reward - penalty, traj_return=batch.traj_return - per_traj[batch.traj_id])
 
 
+def token_covariance(logp: Tensor, batch: SampleBatch, adv: Tensor) -> Tensor:
+    """``[n, L]``: each valid token's centred covariance term ``(A - mean A) (log pi - mean log pi)`` (means over the
+    batch's valid tokens, weighted by the rows' weights: 1 sampled, the path's probability in the exact mode; the
+    log-probabilities detached), ``-inf`` elsewhere. Its mean is ``Cov(log pi, A)``, whose negative is the first-order
+    entropy change of a natural policy-gradient step (Cui et al. 2025, arXiv:2505.22617, Theorem 2; Eq. 10 selects
+    tokens by it in Clip-Cov and KL-Cov)."""
+    valid = batch.token_mask & batch.valid[:, None]
+    weight = (batch.weight * batch.valid)[:, None].expand_as(adv).to(adv.dtype) * valid
+    total = weight.sum().clamp_min(torch.finfo(adv.dtype).tiny)
+    detached = torch.where(valid, logp.detach(), 0.0)
+    mean_a, mean_l = (weight * adv).sum() / total, (weight * detached).sum() / total
+    return torch.where(valid, (adv - mean_a) * (detached - mean_l), -torch.inf)
+
+
 def row_coefficients(batch: SampleBatch, mode: Aggregation, rows: AggregationRows = "turn") -> Tensor:
     """Per-row coefficients ``c`` with ``aggregate(values) = sum_i c_i * sum_j values[i, j]`` (real tokens).
 

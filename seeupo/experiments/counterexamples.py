@@ -55,7 +55,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "tasks": (1, 10_000), "feature_dim": (1, 1024), "seed": (0, 2**63 - 1), "lr": (1e-12, 1e6),
     "mirror_beta": (0.0, 1e6), "init_scale": (0.0, 1e3), "gae_gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0),
     "clip_eps_low": (0.0, 1.0), "clip_eps_high": (0.0, 1e6), "dual_clip": (1.0, 1e6), "kl_coef": (0.0, 1e6),
-    "grae_clamp": (0.0, 1e9),
+    "grae_clamp": (0.0, 1e9), "entropy_coef": (0.0, 1e6), "correction_cap": (1.0, 1e12),
+    "correction_floor": (0.0, 1.0), "m2_tau": (0.0, 1e6),
 }
 MAX_STEPS = 100_000
 MAX_BATCH = 10**6  # rollouts (sampled) or group-mate outcomes (exact GRAE) per iteration

@@ -1,7 +1,8 @@
 """Entropy and pass@k along each algorithm's own exact updates, on problems with several right answers.
 
-``python -m seeupo.experiments.diversity --out DIR [--plugin FILE ...]`` runs every catalogue algorithm (its
-exact-mode protocol and published KL term, :func:`seeupo.experiments.scorecard.card.context`) on seeded
+``python -m seeupo.experiments.diversity --out DIR`` runs every catalogue algorithm (its exact-mode protocol and
+published KL term, :func:`seeupo.experiments.scorecard.card.context`) and the entropy controls of :data:`CONTROLS`
+(clip-higher, an entropy bonus, Clip-Cov, KL-Cov) on seeded
 single-turn token bandits whose answers are right (reward 1) or wrong (0), three of eight right, and records after
 every update: ``J``, the entropy of the answer distribution, pass@k for k = 1..64 and the share of the right
 answers' mass held by all but the likeliest (:mod:`seeupo.tabular.diversity`). It writes ``diversity.md`` and
@@ -76,15 +77,30 @@ def _identity(before: torch.Tensor, after: torch.Tensor) -> tuple[float, float]:
     return float(predicted.sum(-1).mean()), float((entropy(after) - entropy(before)).sum(-1).mean())
 
 
+#: The entropy controls compared beside the catalogue: (label, registered algorithm, settings changed), each on top of
+#: that algorithm's card (its protocol and published KL term); ``clip_cov`` and ``kl_cov`` are plugins.
+CONTROLS = (("grpo, clip-higher 0.28", "grpo", {"clip_eps_high": 0.28}),
+            ("grpo, entropy bonus 0.001", "grpo", {"entropy_coef": 0.001}),
+            ("clip_cov", "clip_cov", {}), ("kl_cov", "kl_cov", {}),
+            # Clip-Cov's clip without its covariance rule, and GRPO unclipped, both without a KL term as the two
+            # plugins' presets: what the covariance rules add
+            ("grpo, no KL, clip 1 / 1 (clip_cov's, no covariance rule)", "grpo",
+             {"kl_coef": 0.0, "clip_eps_low": 1 - 1e-6, "clip_eps_high": 1.0}),
+            ("grpo, no KL, unclipped (kl_cov's surrogate, no covariance rule)", "grpo",
+             {"kl_coef": 0.0, "clip_eps_low": 1 - 1e-6, "clip_eps_high": 1e6}))
+
+
 def run_algorithm(name: str, problem: TreeMDP, updates: int, plugins: tuple[str, ...] = (),
-                  parameterization: str = "independent") -> dict[str, Any]:
-    """``name``'s own exact updates on ``problem`` from the uniform policy, measured after each (module docstring)."""
+                  parameterization: str = "independent", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``name``'s own exact updates on ``problem`` from the uniform policy (``changes``: settings replaced), measured
+    after each (module docstring)."""
     from seeupo.experiments.scorecard.base import Sizes
     from seeupo.experiments.scorecard.card import context
     from seeupo.tabular.train import AlgorithmStep, RunConfig
 
     ctx = context(name, Sizes(), None, plugins)
-    step = AlgorithmStep(ctx.config.replace(group_size=4), RunConfig(mode="exact", optimizer=ctx.optimizer, lr=ctx.lr))  # type: ignore[arg-type]
+    config = ctx.config.replace(group_size=4, **(changes or {}))
+    step = AlgorithmStep(config, RunConfig(mode="exact", optimizer=ctx.optimizer, lr=ctx.lr))  # type: ignore[arg-type]
     policy = TabularPolicy(problem, parameterization)  # type: ignore[arg-type]
     history = [_measure(problem, policy)]
     identity = []
@@ -94,7 +110,7 @@ def run_algorithm(name: str, problem: TreeMDP, updates: int, plugins: tuple[str,
         identity.append(_identity(before, _first_token(policy)))
         if (k + 1) % ctx.iterations_factor == 0:
             history.append(_measure(problem, policy))
-    return {"algorithm": name, "config": ctx.config.to_dict(), "optimizer": ctx.optimizer, "lr": ctx.lr,
+    return {"algorithm": name, "config": config.to_dict(), "optimizer": ctx.optimizer, "lr": ctx.lr,
             "history": history, "identity": identity}
 
 
@@ -123,6 +139,16 @@ def summary(run: dict[str, Any], j_star: list[float]) -> dict[str, Any]:
         "identity": {"updates": len(moved), "same_sign": sum((p > 0) == (e > 0) for p, e in moved),
                      "predicted": sum(p for p, _ in moved), "exact": sum(e for _, e in moved)},
     }
+
+
+def curves(run: dict[str, Any]) -> dict[str, list[float]]:
+    """After each update, the means over the instances of ``J``, the entropy, the alternative mass and pass@k for
+    each ``k`` of :data:`KS` (``pass@k``): what a plot of the run needs, without the per-instance detail."""
+    mean = lambda xs: round(sum(xs) / len(xs), 6)  # noqa: E731
+    out: dict[str, list[float]] = {key: [mean(h[key]) for h in run["history"]] for key in ("J", "entropy", "alternative")}
+    for j, k in enumerate(KS):
+        out[f"pass@{k}"] = [mean([p[j] for p in h["pass"]]) for h in run["history"]]
+    return out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -163,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    plugins = tuple(e.plugin for e in CATALOGUE if e.plugin)
+    plugins = tuple(e.plugin for e in CATALOGUE if e.plugin) + ("examples/algorithms/clip_cov.py",
+                                                                  "examples/algorithms/kl_cov.py")
     load_plugins(list(plugins), "--plugin")
     start = time.perf_counter()
     measured: dict[str, dict[str, Any]] = {}
@@ -172,12 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         problem = right_answers_bandit(args.instances, args.seed, prompts)
         j_star = optimal(problem).J.tolist()
         measured[words], runs[words] = {}, {}
-        for e in CATALOGUE:
-            runs[words][e.name] = run_algorithm(e.name, problem, args.updates, plugins, parameterization)
-            measured[words][e.name] = summary(runs[words][e.name], j_star)
-            print(f"{words}, {e.name}: done ({time.perf_counter() - start:.0f} s)")
+        chosen = [(e.name, e.name, {}) for e in CATALOGUE] + list(CONTROLS)
+        for label, name, changes in chosen:
+            runs[words][label] = run_algorithm(name, problem, args.updates, plugins, parameterization, changes)
+            measured[words][label] = summary(runs[words][label], j_star)
+            print(f"{words}, {label}: done ({time.perf_counter() - start:.0f} s)")
     report = {"settings": {"seed": args.seed, "instances": args.instances, "updates": args.updates, "ks": list(KS)},
-              "settings_measured": measured, "runs": runs, "seconds": round(time.perf_counter() - start, 1)}
+              "settings_measured": measured, "curves": {words: {label: curves(run) for label, run in by_label.items()}
+                                                        for words, by_label in runs.items()},
+              "seconds": round(time.perf_counter() - start, 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "diversity.json").write_text(json.dumps(report, indent=1) + "\n")

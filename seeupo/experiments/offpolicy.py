@@ -1,13 +1,16 @@
 """Exact answers to two questions of 2026: what each rollout correction does with rows of another policy, and
 which gradient each KL estimator gives where it sits.
 
-``python -m seeupo.experiments.offpolicy --out DIR`` writes ``corrections.md``/``.json`` and ``kl.md``/``.json``:
+``python -m seeupo.experiments.offpolicy --out DIR`` writes ``corrections.md``, ``kl.md`` and ``admission.md`` (and
+their ``.json``):
 
 * corrections: for each behaviour (an engine's sampler, or a stale policy) and each registered correction, the
   expected first step of an unbiased policy-gradient update (the exact advantage ``Q - V`` of the policy being
   updated, each trajectory's tokens summed) against ``grad J`` of that policy, on seeded random problems: the worst
   cosine, the largest error relative to ``|grad J|``, and the verdict (*unbiased*, *biased but uphill*, *points
   downhill*); the estimator is exact so that every bias is the correction's;
+* admission: an asynchronous trainer's stream, where an episode of ``n`` turns is read ``n`` updates late and a
+  rule may drop long episodes (:func:`seeupo.tabular.behaviour.admitted_batch`), on the stop family;
 * KL: for each estimator and placement, the expected gradient of the KL term against the exact gradients of
   ``KL(pi || ref)`` and ``KL(ref || pi)`` of the trajectory distributions, on one-token answers and on answers of
   two tokens over two turns (:mod:`seeupo.tabular.kl`).
@@ -56,9 +59,21 @@ def _problems(instances: int, seed: int) -> list[tuple[str, TreeMDP]]:
     ]
 
 
+def _against(step: torch.Tensor, true: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per instance, the cosine of ``step`` with ``true`` (``nan`` where either is zero) and ``|step - true| / |true|``."""
+    cosines = [float(s @ g / (s.norm() * g.norm())) if s.norm() > 0 and g.norm() > 0 else math.nan
+               for s, g in zip(step, true)]
+    errors = [float((s - g).norm() / g.norm()) if g.norm() > 0 else 0.0 for s, g in zip(step, true)]
+    return cosines, errors
+
+
 def _verdict(cosines: list[float], errors: list[float]) -> str:
+    """The gradient verdicts' words: unbiased (to ``REL_TOL``), unbiased up to a positive scale (parallel to
+    ``grad J`` on every instance), biased but uphill, points downhill."""
     if max(errors) <= REL_TOL:
         return "unbiased"
+    if all(c >= 1 - 1e-9 for c in cosines):
+        return "unbiased up to a positive scale"
     return "points downhill" if min(cosines) < 0 else "biased but uphill"
 
 
@@ -90,9 +105,7 @@ def corrections_table(instances: int = 4, seed: int = 0, say=lambda m: None) -> 
                 cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
                              **settings)
                 step = torch.cat(update_direction(problem, policy, cfg, behaviour=mu)[0], 1)
-                cosines = [float(s @ g / (s.norm() * g.norm())) if s.norm() > 0 and g.norm() > 0 else math.nan
-                           for s, g in zip(step, true)]
-                errors = [float((s - g).norm() / g.norm()) if g.norm() > 0 else 0.0 for s, g in zip(step, true)]
+                cosines, errors = _against(step, true)
                 rows.append({"problem": words, "behaviour": name, "correction": correction,
                              "worst_cosine": min(cosines), "largest_error": max(errors),
                              "verdict": _verdict(cosines, errors)})
@@ -105,6 +118,70 @@ def _corrections() -> list[tuple[str, dict[str, Any]]]:
     """Every registered correction at its defaults, and the trajectory's importance weight without its cap."""
     return [(c, {"correction": c}) for c in ROLLOUT_CORRECTIONS.names()] + [
         ("sequence_is, no cap", {"correction": "sequence_is", "correction_cap": math.inf})]
+
+
+#: The admission settings compared: (words, admit episodes of at most this many turns (None: all), stale by length).
+ADMISSIONS = (("every episode, fresh", None, False), ("only 1-turn episodes, fresh", 1, False),
+              ("every episode, each read its length in updates late", None, True),
+              ("episodes of at most T-1 turns, each read its length late", -1, True))
+
+
+def admission_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
+    """An asynchronous trainer's admission rule (:func:`seeupo.tabular.behaviour.admitted_batch`): episodes of ``n``
+    turns take ``n`` updates to finish, so they are ``n`` updates stale when read, and a rule may drop the long
+    ones. On the stop family (the agent chooses when to stop), the exact advantage's expected first step against
+    ``grad J``, without a correction and with the uncapped trajectory weight, and the admitted mean episode length."""
+    from seeupo.tabular.behaviour import admitted_batch, admitted_direction
+
+    rows = []
+    for turns in (2, 3):
+        problem = random_family("stop", instances, turns, reward_levels=3,
+                                generator=torch.Generator().manual_seed(seed * 1009 + 20 + turns))
+        start = TabularPolicy(problem, init_scale=1.0, generator=torch.Generator().manual_seed(seed))
+        snapshots = [reference_policy(problem, start)]
+        ahead = TabularPolicy(problem)
+        ahead.set_action_probs([p.detach() for p in start.action_probs()])
+        step = AlgorithmStep(preset("rloo", advantage="oracle"), RunConfig(mode="exact", optimizer="sgd", lr=2.0))
+        for _ in range(turns):
+            step(problem, ahead)
+            snapshots.append(reference_policy(problem, ahead))
+        policy, past = ahead, snapshots[:-1]
+        true = torch.cat(policy_gradient(problem, policy), 1)
+        for words, max_turns, stale in ADMISSIONS:
+            age = turns if max_turns is None else (turns - 1 if max_turns < 0 else max_turns)
+            for correction, settings in (("none", {"correction": "none"}),
+                                         ("sequence_is, no cap", {"correction": "sequence_is", "correction_cap": math.inf})):
+                cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
+                             **settings)
+                step_ = torch.cat(admitted_direction(problem, policy, cfg, past if stale else None, age), 1)
+                cosines, errors = _against(step_, true)
+                batch, _ = admitted_batch(problem, policy, cfg, past if stale else None, age)
+                length = float((batch.weight * batch.valid).sum() / batch.num_instances)
+                rows.append({"problem": f"stop or continue, {turns} turns", "admission": words, "correction": correction,
+                             "worst_cosine": min(cosines), "largest_error": max(errors),
+                             "verdict": _verdict(cosines, errors), "mean_turns": length})
+    return {"instances": instances, "seed": seed, "rows": rows}
+
+
+def admission_markdown(table: dict[str, Any]) -> str:
+    lines = ["# Admission of stale episodes: the expected update against grad J, exactly", "",
+             f"Seed {table['seed']}, {table['instances']} random stop-or-continue problems per row (the agent chooses when "
+             "to stop); the policy after T exact RLOO updates from a random start, the earlier policies its history. An "
+             "episode of n turns took n updates, so it is read n updates late (\"each read its length late\"); a rule "
+             "may drop long episodes. The exact advantage, each trajectory's tokens summed, so that every bias is the "
+             "stream's. \"mean turns\": the admitted episodes' mean length. Cell: verdict (worst cosine, largest relative "
+             "error).", "",
+             "| Problem | Admitted | mean turns | no correction | sequence_is, no cap |", "|---|---|---|---|---|"]
+    by_key = {(r["problem"], r["admission"], r["correction"]): r for r in table["rows"]}
+    for problem in dict.fromkeys(r["problem"] for r in table["rows"]):
+        for words, _, _ in ADMISSIONS:
+            cells = []
+            for correction in ("none", "sequence_is, no cap"):
+                r = by_key[(problem, words, correction)]
+                cells.append(f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g})")
+            mean_turns = by_key[(problem, words, "none")]["mean_turns"]
+            lines.append(f"| {problem} | {words} | {mean_turns:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def kl_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
@@ -187,13 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     corrections = corrections_table(args.instances, args.seed, say=print)
     kl = kl_table(args.instances, args.seed)
+    admission = admission_table(args.instances, args.seed)
     seconds = time.perf_counter() - start
-    corrections["seconds"] = kl["seconds"] = round(seconds, 1)
+    corrections["seconds"] = kl["seconds"] = admission["seconds"] = round(seconds, 1)
+    (out / "admission.json").write_text(json.dumps(admission, indent=1) + "\n")
+    (out / "admission.md").write_text(admission_markdown(admission))
     (out / "corrections.json").write_text(json.dumps(corrections, indent=1) + "\n")
     (out / "corrections.md").write_text(corrections_markdown(corrections))
     (out / "kl.json").write_text(json.dumps(kl, indent=1) + "\n")
     (out / "kl.md").write_text(kl_markdown(kl))
-    print(f"wrote {out}/corrections.md and {out}/kl.md ({seconds:.0f} s)")
+    print(f"wrote {out}/corrections.md, {out}/kl.md and {out}/admission.md ({seconds:.0f} s)")
     return 0
 
 

@@ -332,7 +332,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 ALGORITHM_BOUNDS: dict[str, tuple[float, float]] = {
     "group_size": (1, 10**6), "epochs": (1, 1000), "minibatches": (1, 10**6), "kl_coef": (0.0, 1e6), "gae_gamma": (0.0, 1.0),
     "gae_lambda": (0.0, 1.0), "clip_eps_low": (0.0, 0.999999), "clip_eps_high": (0.0, 1e6), "dual_clip": (1.0, 1e6),
-    "grae_clamp": (1e-12, 1e12),
+    "grae_clamp": (1e-12, 1e12), "entropy_coef": (0.0, 1e6), "correction_cap": (1.0, 1e12),
+    "correction_floor": (0.0, 1.0), "m2_tau": (0.0, 1e6),
 }
 
 # What one training step may allocate before ``limits.allow_large: true`` is needed. Derived from
@@ -427,6 +428,10 @@ def _check_consistency(cfg: "TrainConfig") -> None:
     if not adv_estimator(cfg.algorithm.advantage).lm:
         raise InputError("config.algorithm.advantage", f"{cfg.algorithm.advantage!r} has no language-model form "
                                                        "(registered with lm=False: it needs the exact values of a tabular problem)")
+    if cfg.algorithm.entropy_coef > 0:
+        raise InputError("config.algorithm.entropy_coef", "an entropy bonus needs each token's whole conditional "
+                                                          "distribution, which the language-model policy does not compute "
+                                                          "yet (the tabular engine does); set it to 0")
     if r.vllm_sleep and r.engine != "vllm":
         raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
     if o.micro_batch_tokens is not None and o.micro_batch_tokens < r.max_context:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seeupo.core.batch import SampleBatch
+from seeupo.core.config import AlgorithmConfig
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
 
@@ -82,3 +84,55 @@ def behaviour_policy(problem: TreeMDP, policy: TabularPolicy, sampler: Sampler) 
     mu.set_token_log_probs(tables)
     mu.requires_grad_(False)
     return mu
+
+
+def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, past: list[TabularPolicy] | None,
+                   max_age: int) -> tuple[SampleBatch, Tensor]:
+    """The exact batch of an asynchronous trainer that admits an episode only if it is at most ``max_age`` updates
+    old, where an episode of ``n`` turns took ``n`` updates' time, so it was started (and drawn) ``n`` updates before
+    it is read: its rows come from ``past[-n]`` (the start policy, ``past[0]``, when none is that old; ``past=None``:
+    every episode from ``policy``, so that only the admission rule acts), and episodes of more than ``max_age`` turns
+    are discarded. Returns ``(batch, advantages)`` as :func:`seeupo.tabular.rollout.exact_advantages` does: every
+    admitted path weighted by its probability under the policy that drew it, renormalised over the admitted paths
+    (the trainer fills its batch with admitted episodes), with ``logp_behaviour`` from that policy.
+
+    Only an estimator without group statistics: a group's episodes start together, and which of them an admission
+    rule keeps depends on their lengths, which the exact group enumeration does not model."""
+    from seeupo.core.registry import adv_estimator
+    from seeupo.core.update import compute_advantages
+    from seeupo.tabular.rollout import critic_values, exact_batch, oracle_advantages
+
+    if adv_estimator(cfg.advantage).needs_group_stats:
+        raise ValueError(f"admission needs an estimator without group statistics; {cfg.advantage!r} compares a "
+                         "trajectory with its group's, whose admission is not modelled")
+    if max_age < 1:
+        raise ValueError(f"max_age must be >= 1 (an episode of one turn is one update old), got {max_age}")
+    batch, _ = exact_batch(problem, policy, cfg)  # every path under policy: the rows' tokens and histories
+    turns = torch.zeros(batch.num_trajectories, dtype=torch.long).index_add_(0, batch.traj_id, batch.valid.long())
+    length = turns[batch.traj_id]
+    generators = past if past is not None else [policy]
+    with torch.no_grad():
+        drawn_by = [g.token_logps(batch) * batch.token_mask for g in generators]
+    index = (len(generators) - length).clamp(min=0) if past is not None else torch.zeros_like(length)
+    logp_behaviour = torch.stack(drawn_by)[index, torch.arange(batch.num_rows)]
+    # the path's probability under its generator over its probability under policy (observations cancel)
+    log_ratio = torch.where(batch.valid[:, None], logp_behaviour - batch.logp_old, 0.0).sum(1)
+    per_traj = torch.zeros(batch.num_trajectories, dtype=DTYPE).index_add_(0, batch.traj_id, log_ratio)
+    weight = batch.weight * torch.exp(per_traj[batch.traj_id]) * (length <= max_age)
+    total = torch.zeros(batch.num_instances, dtype=DTYPE).index_add_(0, batch.instance,
+                                                                     torch.where(batch.turn == 0, weight, 0.0))
+    weight = weight / total.clamp_min(1e-300)[batch.instance]
+    admitted = batch.with_updates(weight=weight, logp_behaviour=logp_behaviour if past is not None else None)
+    estimator = adv_estimator(cfg.advantage)
+    critic = critic_values(problem, policy, admitted) if estimator.needs_critic else None
+    oracle = oracle_advantages(problem, policy, admitted) if estimator.needs_oracle else None
+    return admitted, compute_advantages(admitted, cfg, critic_values=critic, oracle=oracle)
+
+
+def admitted_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                       past: list[TabularPolicy] | None, max_age: int) -> list[Tensor]:
+    """The expected first step of ``cfg``'s update per turn (``[I, P_t]``) on :func:`admitted_batch`."""
+    from seeupo.tabular.gradient import first_step_per_turn
+
+    batch, adv = admitted_batch(problem, policy, cfg, past, max_age)
+    return first_step_per_turn(policy, batch, adv, cfg)

@@ -173,6 +173,12 @@ def _first_step(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: Alg
     return recorder.ascent
 
 
+def first_step_per_turn(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig) -> list[Tensor]:
+    """The ascent direction of ``cfg``'s update on ``batch`` (:func:`_first_step`) per turn, ``[I, P_t]``."""
+    ascent = _first_step(policy, batch, adv, cfg)
+    return [_per_instance([ascent[p] for p in ps], ps) for ps in _turn_parameters(policy)]
+
+
 def linear_in_advantage(cfg: AlgorithmConfig) -> bool:
     """Whether the first step of ``cfg``'s update is linear in the advantages: odd and 2-homogeneous (``g(-A) = -g(A)``,
     ``g(2A) = 2 g(A)``) on a probe batch (a stop-or-continue problem, a non-uniform policy, advantages of both signs
@@ -222,9 +228,7 @@ def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
     estimator = adv_estimator(cfg.advantage)
     closed_form = not (estimator.needs_group_stats and estimator.group_stats_closed_form) or linear_in_advantage(cfg)
     batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form, behaviour=behaviour)
-    ascent = _first_step(policy, batch, adv, cfg)
-    turns = _turn_parameters(policy)
-    out = [_per_instance([ascent[p] for p in ps], ps) for ps in turns]
+    out = first_step_per_turn(policy, batch, adv, cfg)
     real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
     coef = row_coefficients(batch, cfg.aggregation, cfg.aggregation_rows).to(DTYPE).abs()
     terms = coef * (adv.detach().to(DTYPE).abs() * real).sum(1)

@@ -121,20 +121,36 @@ class TabularPolicy(torch.nn.Module):
         """Per turn ``[I, N_t, A_t]``: ``pi(a | h)``."""
         return [lp.exp() for lp in self.action_log_probs()]
 
-    def token_logps(self, batch: SampleBatch) -> Tensor:
-        """``[n, L_max]`` per-token log-probabilities of the batch's actions (0 on padding, and after an answer's end)."""
+    def _by_turn(self, batch: SampleBatch):
+        """Per turn with valid rows: ``(t, length, rows, inst, hist, prefix, token, spelled)``, the rows' indices and
+        the digits of their actions. Placeholders are left out: a turn whose rows are all placeholders gets no
+        gradient (None, not zero), as in a language model, so that Adam's momentum leaves it alone."""
         hist, action = batch.data["hist"], batch.data["action"]
-        out = torch.zeros(batch.num_rows, self.max_tokens, dtype=DTYPE)
         for t, (vocab, length) in enumerate(self.tokens):
-            # placeholders are left out: a turn whose rows are all placeholders gets no gradient
-            # (None, not zero), as in a language model, so that Adam's momentum leaves it alone
             rows = ((batch.turn == t) & batch.valid).nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
             prefix, token = token_digits(action[rows], vocab, length)
-            inst, h = batch.instance[rows], hist[rows]
-            cols = [torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j], token[:, j]] for j in range(length)]
             spelled = torch.arange(length)[None, :] < self.answer_lengths[t][action[rows]][:, None]
+            yield t, length, rows, batch.instance[rows], hist[rows], prefix, token, spelled
+
+    def token_logps(self, batch: SampleBatch) -> Tensor:
+        """``[n, L_max]`` per-token log-probabilities of the batch's actions (0 on padding, and after an answer's end)."""
+        out = torch.zeros(batch.num_rows, self.max_tokens, dtype=DTYPE)
+        for t, length, rows, inst, h, prefix, token, spelled in self._by_turn(batch):
+            cols = [torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j], token[:, j]] for j in range(length)]
+            out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
+        return out
+
+    def token_entropies(self, batch: SampleBatch) -> Tensor:
+        """``[n, L_max]`` the entropy of each of the batch's tokens' conditional distributions,
+        ``-sum_y pi(y | h, y_<j) log pi(y | h, y_<j)`` (0 on padding and after an answer's end); differentiable."""
+        out = torch.zeros(batch.num_rows, self.max_tokens, dtype=DTYPE)
+        for t, length, rows, inst, h, prefix, _, spelled in self._by_turn(batch):
+            cols = []
+            for j in range(length):
+                logp = torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j]]  # [rows, V]
+                cols.append(-(logp.exp() * logp).sum(-1))
             out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
         return out
 

@@ -498,3 +498,43 @@ def test_gigpo_std_downhill_turn_comes_from_its_discount(load, monkeypatch):
     assert direction("gigpo").verdict != "points downhill"
     monkeypatch.setattr(gigpo, "GAMMA", 1.0)
     assert direction("gigpo_std").verdict == "unbiased per turn up to a positive scale"
+
+
+# ---- Clip-Cov and KL-Cov (Cui et al. 2025), by hand
+
+ADV4 = torch.tensor([[1.0], [-1.0], [2.0], [0.0]], dtype=DT)
+LOGP4 = torch.tensor([[-1.0], [-2.0], [-0.5], [-3.0]], dtype=DT)
+# centred: A - 1/2 = (1/2, -3/2, 3/2, -1/2); log pi + 13/8 = (5/8, -3/8, 9/8, -11/8); their products
+COV4 = [5 / 16, 9 / 16, 27 / 16, 11 / 16]
+
+
+def _four_tokens(**changes):
+    return make_batch(traj_id=[0, 1, 2, 3], group_id=[0] * 4, returns=[0.0] * 4, tokens=[1] * 4).with_updates(**changes)
+
+
+def test_the_token_covariance_by_hand_and_weighted_as_the_exact_mode_weighs():
+    from seeupo.core.losses import token_covariance
+
+    torch.testing.assert_close(token_covariance(LOGP4, _four_tokens(), ADV4)[:, 0], torch.tensor(COV4, dtype=DT))
+    heavy = _four_tokens(weight=torch.tensor([10.0, 1.0, 1.0, 1.0], dtype=DT))  # token 0 moves the centre
+    mean_a, mean_l = (10 - 1 + 2 + 0) / 13, (-10 - 2 - 0.5 - 3) / 13
+    torch.testing.assert_close(token_covariance(LOGP4, heavy, ADV4)[:, 0],
+                               (ADV4[:, 0] - mean_a) * (LOGP4[:, 0] - mean_l))
+
+
+def test_kl_cov_penalises_the_token_of_largest_covariance_by_its_absolute_log_ratio(load):
+    kl_cov = load("kl_cov")
+    old = LOGP4 - 0.1  # every ratio e^0.1; int(2e-4 * 4) = 0 tokens, so max(., 1) = 1: token 2 (cov 27/16)
+    obj, clipped = kl_cov.kl_cov(LOGP4, _four_tokens(logp_old=old), ADV4, preset("grpo"))
+    expected = math.exp(0.1) * ADV4[:, 0]
+    expected[2] -= kl_cov.KL_COV_COEF * 0.1
+    torch.testing.assert_close(obj[:, 0], expected)
+    assert clipped is None
+
+
+def test_clip_cov_removes_the_expected_share_of_mid_covariance_tokens(load):
+    """At ratio 1 no clip is active; the candidates are the tokens with 1 < cov < 5: token 2 alone (27/16), and the
+    one token verl draws from one candidate is it, so its term is 0 and the others are the plain A."""
+    clip_cov = load("clip_cov")
+    obj, _ = clip_cov.clip_cov(LOGP4, _four_tokens(logp_old=LOGP4.clone()), ADV4, preset("grpo"))
+    torch.testing.assert_close(obj[:, 0], torch.tensor([1.0, -1.0, 0.0, 0.0], dtype=DT))

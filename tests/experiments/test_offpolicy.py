@@ -30,3 +30,19 @@ def test_the_kl_table_shows_the_gradient_of_each_estimator_and_placement():
     assert row[(many, "k1", "reward")]["reverse"] < 1e-9
     assert row[(many, "k2", "loss")]["reverse"] > 1e-3 and row[(many, "k3", "loss")]["forward"] > 1e-3
     assert "| one token of 4 | `k3` | grad KL(ref || pi) | grad KL(pi || ref) |" in kl_markdown(table)
+
+
+def test_the_admission_table_shows_that_dropping_long_episodes_biases_the_update_beyond_correction():
+    from seeupo.experiments.offpolicy import admission_markdown, admission_table
+
+    table = admission_table(instances=1, seed=0)
+    row = {(r["problem"], r["admission"], r["correction"]): r for r in table["rows"]}
+    for turns in (2, 3):
+        problem = f"stop or continue, {turns} turns"
+        assert row[(problem, "every episode, fresh", "none")]["verdict"] == "unbiased"
+        stale = "every episode, each read its length in updates late"
+        assert row[(problem, stale, "none")]["verdict"] != "unbiased"
+        assert row[(problem, stale, "sequence_is, no cap")]["verdict"].startswith("unbiased")  # up to the stream's scale
+        dropped = row[(problem, "only 1-turn episodes, fresh", "sequence_is, no cap")]
+        assert dropped["verdict"] in ("biased but uphill", "points downhill") and dropped["mean_turns"] == 1.0
+    assert "| stop or continue, 2 turns | every episode, fresh |" in admission_markdown(table)

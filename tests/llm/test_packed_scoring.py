@@ -451,8 +451,11 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     batch = out.batch
     assert int((~batch.valid).sum()) == 6  # the early-ended episodes' placeholders
     lengths = batch.data["attention_mask"].sum(1)
+    # built before counting: the first policy of a model probes its tree attention with two tiny forwards, which
+    # the count would take for scoring passes when no earlier test in this process built one (the order varies)
+    policy = CausalLMPolicy(model, micro_batch_rows=1, scoring="packed")
     counts, handle = _count_tokens(model)
-    got = CausalLMPolicy(model, micro_batch_rows=1, scoring="packed").token_logps(batch)
+    got = policy.token_logps(batch)
     handle.remove()
     # one pass per trajectory, of its last turn: the agent loop's rows are prefixes of each other
     last = torch.zeros(batch.num_trajectories, dtype=torch.long).scatter_reduce(0, batch.traj_id, lengths, "amax")
@@ -461,8 +464,9 @@ def test_agent_loop_batches_pack_to_one_pass_per_trajectory(tiny64):
     want = CausalLMPolicy(model, scoring="per_row").token_logps(batch)
     assert (got - want).abs().max() <= TOL64
     # a task's two rollouts start from the same prompt: prefix-shared scoring forwards it once per task
+    prefix_shared = CausalLMPolicy(model, scoring="prefix_shared")
     counts, handle = _count_tokens(model)
-    shared = CausalLMPolicy(model, scoring="prefix_shared").token_logps(batch)
+    shared = prefix_shared.token_logps(batch)
     handle.remove()
     assert len(counts) == 1 and sum(counts) < int(last.sum())  # one pass, one call
     assert (shared - want).abs().max() <= TOL64

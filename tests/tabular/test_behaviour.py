@@ -117,3 +117,45 @@ def test_a_behaviour_policy_is_the_policy_drawn_through_the_sampler_token_by_tok
     assert bool((p[kept] > 0).all()) and not any(p.requires_grad for p in mu.parameters())
     same = behaviour_policy(problem, policy, Sampler())
     torch.testing.assert_close(same.action_probs()[0], policy.action_probs()[0].detach(), rtol=0, atol=1e-12)
+
+
+def test_an_admission_rule_that_drops_long_episodes_by_hand():
+    """stop_or_continue(3/5, 3/10, (1/2, 0)) at the uniform policy: paths stop (1/2), continue-a (1/4), continue-b
+    (1/4); A_0 = (1/40, -1/40), A_1 = (1/4, -1/4) after continuing. All admitted (max_age 2), the exact advantage's
+    step is grad J over the expected token count 3/2: turn 0 (1/120, -1/120), turn 1 (1/24, -1/24). Admitting only
+    1-turn episodes (max_age 1) keeps the stop path alone, weight 1: turn 0 (1/80, -1/80), turn 1 nothing."""
+    from seeupo.tabular.behaviour import admitted_batch, admitted_direction
+    from seeupo.tabular.problems import stop_or_continue
+
+    problem = stop_or_continue(0.6, 0.3, (0.5, 0.0))
+    policy = TabularPolicy(problem)
+    cfg = preset("rloo", advantage="oracle")
+    every = admitted_direction(problem, policy, cfg, None, max_age=2)
+    torch.testing.assert_close(every[0][0], torch.tensor([1 / 120, -1 / 120], dtype=DT), rtol=0, atol=1e-12)
+    torch.testing.assert_close(every[1][0][2:], torch.tensor([1 / 24, -1 / 24], dtype=DT), rtol=0, atol=1e-12)
+    for a, b in zip(every, update_direction(problem, policy, cfg)[0]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    short = admitted_direction(problem, policy, cfg, None, max_age=1)
+    torch.testing.assert_close(short[0][0], torch.tensor([1 / 80, -1 / 80], dtype=DT), rtol=0, atol=1e-12)
+    assert float(short[1].abs().max()) == 0.0
+    batch, _ = admitted_batch(problem, policy, cfg, None, max_age=1)
+    assert float(batch.weight[batch.turn == 0].sum()) == pytest.approx(1.0) and batch.logp_behaviour is None
+
+
+def test_a_stale_stream_draws_each_episode_from_the_policy_its_length_ago():
+    """past = [older, current]: a 1-turn episode is read from the current policy, a 2-turn one from the older."""
+    from seeupo.tabular.behaviour import admitted_batch
+    from seeupo.tabular.problems import stop_or_continue
+
+    problem = stop_or_continue(0.6, 0.3, (0.5, 0.0))
+    policy, older = TabularPolicy(problem), TabularPolicy(problem)
+    older.set_action_probs([torch.tensor([[[0.2, 0.8]]], dtype=DT), torch.tensor([[[0.5, 0.5], [0.9, 0.1]]], dtype=DT)])
+    batch, _ = admitted_batch(problem, policy, preset("rloo", advantage="oracle"), [older, policy], max_age=2)
+    turns = torch.zeros(batch.num_trajectories, dtype=torch.long).index_add_(0, batch.traj_id, batch.valid.long())
+    long_rows = turns[batch.traj_id] == 2
+    torch.testing.assert_close(batch.logp_behaviour[long_rows], older.token_logps(batch)[long_rows] * batch.token_mask[long_rows])
+    torch.testing.assert_close(batch.logp_behaviour[~long_rows], batch.logp_old[~long_rows])
+    # weights: stop 1/2 (current; the engine keeps a path that ended early as its leaves, two of 1/4), continue-a
+    # 0.8 * 0.9 and continue-b 0.8 * 0.1 (older), renormalised over 1.3
+    first = batch.weight[batch.turn == 0]
+    assert sorted(first.tolist()) == pytest.approx(sorted([0.25 / 1.3, 0.25 / 1.3, 0.72 / 1.3, 0.08 / 1.3]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import pytest
 import torch
@@ -219,3 +220,25 @@ def test_set_action_probs_round_trip_with_an_end_token(ref):
         policy.set_action_probs(probs)
         for got, want in zip(policy.action_probs(), probs):
             assert torch.allclose(got, want, atol=ATOL, rtol=0)
+
+
+def test_token_entropies_by_hand_and_an_entropy_bonus_raises_them():
+    """Uniform token logits: every spelled token's conditional has entropy log V (answers ending at token 0 stop
+    there). An update whose only term is the entropy bonus (advantages 0) raises the entropy from a random start."""
+    from seeupo.core.update import UpdateSettings, policy_update
+    from seeupo.core.config import preset
+
+    problem = random_token_bandit(2, 2, 3, 2, end_token=0, generator=torch.Generator().manual_seed(0))
+    uniform = TabularPolicy(problem)
+    batch = sample_batch(problem, uniform, tasks=8, group_size=2, generator=torch.Generator().manual_seed(1))
+    entropies = uniform.token_entropies(batch)
+    torch.testing.assert_close(entropies[batch.token_mask], torch.full_like(entropies[batch.token_mask], math.log(3)))
+    assert bool((entropies[~batch.token_mask] == 0).all())
+
+    policy = TabularPolicy(problem, init_scale=2.0, generator=torch.Generator().manual_seed(2))
+    batch = sample_batch(problem, policy, tasks=8, group_size=2, generator=torch.Generator().manual_seed(3))
+    before = float(policy.token_entropies(batch)[batch.token_mask].mean())
+    cfg = preset("rloo", entropy_coef=1.0)
+    policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.5), batch, torch.zeros_like(batch.logp_old), cfg,
+                  UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    assert float(policy.token_entropies(batch)[batch.token_mask].mean()) > before + 1e-3
