@@ -272,9 +272,11 @@ def test_duplicate_keys_are_refused_in_both_formats_at_any_level():
         calls_of("[anything(x={'a': 1, 'A': 2, 'ａ': 3})]") == expected
 
 
+# strings without a reasoning tag: a response holding "</think>" anywhere ends its reasoning there by design
+# (strip_reasoning: the chat template may have opened the block), so such a string cannot be a call's argument
 finite_literals = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**62), 2**62), st.floats(allow_nan=False, allow_infinity=False),
-              st.text(max_size=10)),
+              st.text(max_size=10).filter(lambda s: "think>" not in s)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
     max_leaves=8,
 )
