@@ -357,8 +357,8 @@ def test_token_ppo_through_verl_equals_seeupo_and_vanilla(mode, dtype, with_glob
 def test_sequence_ppo_through_verl_equals_seeupo_and_gspo(mode, dtype):
     # GSPO: our length-normalised sequence ratio; verl's "gspo" has no dual clip, so clip_ratio_c is
     # set out of reach; the advantage is one value per response (outcome estimators)
-    cfg = preset("gspo")
-    register_in_verl(cfg, layout="turn")
+    cfg = preset("gspo")  # its per-sequence mean is over trajectory rows: each verl row here is one (one-turn) trajectory
+    register_in_verl(cfg, layout="trajectory")
     for seed in SEEDS:
         old, new, adv, mask = random_step(seed, dtype, row_advantage=True)
         config = actor_config(seed, clip_ratio_c=1e9)
@@ -471,7 +471,7 @@ def test_exported_loss_refuses_a_row_mean_over_trajectory_rows_in_one_line(two_l
         fn(old, old.clone(), old.clone(), mask, mode, actor_config(0))
     assert str(info.value) == (
         f"field 'loss_agg_mode': '{mode}': aggregation '{LOSS_AGG_MODES[mode][0]}' on verl rows of layout='trajectory' "
-        "(one row per trajectory) is not seeupo's mean over (trajectory, turn) rows; use token_mean "
+        "(one row per trajectory) is not seeupo's mean over its turn rows (aggregation_rows='turn'); use token_mean "
         "(loss_agg_mode=token-mean, exact in every layout), or rows of one turn (layout='turn')"
     )
     with pytest.raises(InputError, match=r"^field 'layout': unknown row layout 'rows'"):
