@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -180,15 +179,18 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from seeupo.experiments.offpolicy import positive_int, report_folder
     from seeupo.experiments.scorecard.catalogue import CATALOGUE
     from seeupo.plugins import load_plugins
 
     parser = argparse.ArgumentParser(prog="python -m seeupo.experiments.diversity", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--instances", type=int, default=6)
-    parser.add_argument("--updates", type=int, default=30)
+    parser.add_argument("--instances", type=positive_int, default=6)
+    parser.add_argument("--updates", type=positive_int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     args = parser.parse_args(argv)
+    out = report_folder(parser, args.out, ("diversity.md", "diversity.json"), args.overwrite)
     plugins = tuple(e.plugin for e in CATALOGUE if e.plugin) + ("examples/algorithms/clip_cov.py",
                                                                   "examples/algorithms/kl_cov.py")
     load_plugins(list(plugins), "--plugin")
@@ -208,8 +210,6 @@ def main(argv: list[str] | None = None) -> int:
               "settings_measured": measured, "curves": {words: {label: curves(run) for label, run in by_label.items()}
                                                         for words, by_label in runs.items()},
               "seconds": round(time.perf_counter() - start, 1)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "diversity.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "diversity.md").write_text(markdown(report))
     print(f"wrote {out}/diversity.md ({report['seconds']:.0f} s)")

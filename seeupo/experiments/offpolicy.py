@@ -253,14 +253,37 @@ def corrections_markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a bad value is argparse's one-line error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def report_folder(parser: argparse.ArgumentParser, out: str, names: tuple[str, ...], overwrite: bool) -> Path:
+    """``out`` made ready for a report's ``names``: an earlier report's files there are kept unless ``overwrite``
+    (a one-line error, exit 2, names the first)."""
+    folder = Path(out)
+    earlier = [n for n in names if (folder / n).exists()]
+    if earlier and not overwrite:
+        parser.error(f"{folder / earlier[0]} holds an earlier report; pass --overwrite to replace it")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seeupo.experiments.offpolicy", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="the folder for corrections.md/.json and kl.md/.json")
-    parser.add_argument("--instances", type=int, default=4)
+    parser.add_argument("--out", required=True, help="the folder for corrections, kl and admission (.md and .json)")
+    parser.add_argument("--instances", type=positive_int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_folder(parser, args.out, tuple(f"{n}.{e}" for n in ("corrections", "kl", "admission")
+                                                for e in ("md", "json")), args.overwrite)
     start = time.perf_counter()
     corrections = corrections_table(args.instances, args.seed, say=print)
     kl = kl_table(args.instances, args.seed)

@@ -46,3 +46,19 @@ def test_the_admission_table_shows_that_dropping_long_episodes_biases_the_update
         dropped = row[(problem, "only 1-turn episodes, fresh", "sequence_is, no cap")]
         assert dropped["verdict"] in ("biased but uphill", "points downhill") and dropped["mean_turns"] == 1.0
     assert "| stop or continue, 2 turns | every episode, fresh |" in admission_markdown(table)
+
+
+def test_the_report_command_refuses_a_bad_count_and_keeps_an_earlier_report(tmp_path, capsys):
+    import pytest
+
+    from seeupo.experiments.offpolicy import main
+
+    for argv in (["--out", str(tmp_path), "--instances", "0"], ["--out", str(tmp_path), "--instances", "two"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2 and "expected an integer >= 1" in capsys.readouterr().err
+    (tmp_path / "kl.md").write_text("an earlier report\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["--out", str(tmp_path), "--instances", "1"])
+    assert stop.value.code == 2 and "holds an earlier report" in capsys.readouterr().err
+    assert (tmp_path / "kl.md").read_text() == "an earlier report\n"
