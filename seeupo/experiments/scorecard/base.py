@@ -20,7 +20,7 @@ from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 SEED_ORDER = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
               "multi_turn_convergence", "agentic_credit", "reward_invariance", "zero_variance_groups", "lm_bridge",
               "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_weighting",
-              "difficulty_weighting")
+              "difficulty_weighting", "off_policy_robustness", "kl_gradient", "pass_at_k_retention")
 
 @dataclass(frozen=True)
 class Sizes:

@@ -32,7 +32,8 @@ capability                  the problems (exact unless said; 2-token actions of 
 ==========================  =============================================================  ===========================
 
 The convergence capabilities (the algorithm's own updates to ``J*``, and how fast) and those of one
-sampled update (every group draw enumerated) are in :mod:`seeupo.experiments.scorecard.sampled`.
+sampled update (every group draw enumerated) are in :mod:`seeupo.experiments.scorecard.sampled`; those of stale
+rollouts, the KL term's gradient and pass@k in :mod:`seeupo.experiments.scorecard.open_questions`.
 
 "The field's counterexamples" are the committed instances where a search found some algorithm's
 exact update lowering ``J`` (``paper_repro/counterexamples``, ``paper_repro/algorithms/*/counterexamples``):
@@ -57,7 +58,7 @@ import torch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
-from seeupo.experiments.scorecard import rules, sampled
+from seeupo.experiments.scorecard import open_questions, rules, sampled
 from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported: what a capability is built from)
     QUICK,
     Capability,
@@ -554,6 +555,29 @@ CAPABILITIES: tuple[Capability, ...] = (
                COSINE_RULE,
                True, length_weighting, False,
                "anti_pg: 0; length_mean_pg (the exact advantage, each answer's tokens averaged): < 1"),
+    Capability("off_policy_robustness", "Stale and mismatched rollouts", "stale rollouts",
+               ("off policy", "robustness", "graded"),
+               "When the rows come from a policy one update stale, or through an engine that samples them otherwise, "
+               "does the whole update (its rollout correction included) keep the step it takes on policy?",
+               "mean over cases of the cosine between the whole update's expected first step on rows from the behaviour "
+               "policy and on rows from the policy itself, floored at 0",
+               True, open_questions.off_policy_robustness, False,
+               "exact_pg (no correction): < 1; exact_pg_sequence_is (the uncapped trajectory weight): 1"),
+    Capability("kl_gradient", "KL term down grad KL(pi || ref)", "KL gradient", ("KL", "regularisation", "graded"),
+               "Does the algorithm's KL term, as it places, estimates and aggregates it, pull the policy down the "
+               "gradient of KL(pi || ref) over whole trajectories (the regularised objective J - beta KL)?",
+               "mean over cases of the cosine between the whole update's expected first step where every reward is 0 "
+               "and -grad KL(pi || ref), floored at 0; no score without a KL term",
+               True, open_questions.kl_gradient, False,
+               "k1_loss_pg (k1 in the loss: expected gradient 0): 0; k1_reward_pg: 1"),
+    Capability("pass_at_k_retention", "pass@64 kept while pass@1 rises", "pass@k kept",
+               ("diversity", "pass@k", "shared", "graded"),
+               "With prompts sharing parameters, does the algorithm raise pass@1 without making some prompt's right "
+               "answers unreachable (pass@64 falling)?",
+               "mean over runs whose pass@1 rose of pass@64 after the algorithm's own exact updates (1 at the start); "
+               "no score when none rose",
+               True, open_questions.pass_at_k_retention, True,
+               "sharpened_pg (the exact advantage plus 10 log pi: also down the entropy): < 0.6"),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",
