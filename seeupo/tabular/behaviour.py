@@ -52,6 +52,49 @@ class Sampler:
         return self.temperature == 1.0 and self.top_k == 0 and self.top_p == 1.0 and self.noise == 0.0
 
 
+@dataclass(frozen=True)
+class Rollouts:
+    """Where a run's rows come from, in the words the ecosystem uses: ``staleness``, the updates between the policy
+    that drew the rows and the policy they update (an asynchronous trainer's, AReaL's ``max_head_offpolicyness``),
+    and the inference engine's ``sampler`` (vLLM's ``temperature``, ``top_k``, ``top_p``; ``noise`` for kernels that
+    compute other numbers). The default is on policy."""
+
+    staleness: int = 0
+    sampler: Sampler = Sampler()
+
+    def __post_init__(self) -> None:
+        if self.staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {self.staleness}")
+
+    @property
+    def on_policy(self) -> bool:
+        return self.staleness == 0 and self.sampler.on_policy
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object] | None) -> "Rollouts":
+        """The setting from its ``dataclasses.asdict`` (``None``, as a report written before there was one: on policy)."""
+        if not data:
+            return cls()
+        return cls(int(data.get("staleness", 0)), Sampler(**dict(data.get("sampler") or {})))  # type: ignore[arg-type]
+
+    def run_fields(self) -> dict[str, object]:
+        """The :class:`~seeupo.tabular.train.RunConfig` fields that draw a run's rows this way."""
+        return {"staleness": self.staleness, "sampler": None if self.sampler.on_policy else self.sampler}
+
+    def words(self) -> str:
+        """The setting in words: ``"on policy"``, or e.g. ``"rows 1 update stale; engine: temperature 0.7, top-p 0.9"``."""
+        if self.on_policy:
+            return "on policy"
+        s = self.sampler
+        parts = [f"rows {self.staleness} update{'s' if self.staleness != 1 else ''} stale"] if self.staleness else []
+        engine = ([f"temperature {s.temperature:g}"] if s.temperature != 1.0 else []) + (
+            [f"top-k {s.top_k}"] if s.top_k else []) + ([f"top-p {s.top_p:g}"] if s.top_p < 1.0 else []) + (
+            [f"per-token noise {s.noise:g} (seed {s.seed})"] if s.noise else [])
+        if engine:
+            parts.append("engine: " + ", ".join(engine))
+        return "; ".join(parts)
+
+
 def sampled_conditional(log_probs: Tensor, sampler: Sampler, generator: torch.Generator | None = None) -> Tensor:
     """``[..., V]`` log-probabilities of the next token as ``sampler`` draws it from ``log_probs`` (``-inf`` on the
     tokens it never draws)."""

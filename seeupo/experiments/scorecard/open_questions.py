@@ -190,7 +190,8 @@ def pass_at_k_runs(ctx: Context) -> tuple[TreeMDP, Tensor, Tensor]:
     algorithm = ctx.config.replace(group_size=s.group_size)
     updates = s.convergence_updates * ctx.iterations_factor
     run_cfg = RunConfig(mode="exact", iterations=updates, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
-                        parameterization="shared", feature_dim=SHARED_FEATURES, seed=s.seed)
+                        parameterization="shared", feature_dim=SHARED_FEATURES, seed=s.seed,
+                        **ctx.rollouts.run_fields())  # type: ignore[arg-type]
     policy = TabularPolicy(problem, "shared", feature_dim=SHARED_FEATURES,
                            generator=torch.Generator().manual_seed(s.seed))
     step = AlgorithmStep(algorithm, run_cfg)

@@ -1,27 +1,13 @@
 """The capabilities of stale rollouts, the KL term's gradient and pass@k (seeupo.experiments.scorecard.open_questions)
 on hand-made algorithms whose scores are known (tests/experiments/scorecard/hand_algorithms.py)."""
 
-from pathlib import Path
-
-import pytest
 import torch
 
 from seeupo.experiments.scorecard import open_questions
 from seeupo.experiments.scorecard.base import Sizes
 from seeupo.experiments.scorecard.card import context
 
-HAND = Path(__file__).with_name("hand_algorithms.py")
 TINY = Sizes(instances=2, iterations=3, exact_epochs=10, starts=1, convergence_updates=10)
-
-
-@pytest.fixture
-def hand():
-    from seeupo import plugins
-
-    plugins.forget_plugins()
-    plugins.load_plugin(str(HAND))
-    yield
-    plugins.forget_plugins()
 
 
 def test_the_stale_behaviour_is_one_ascent_step_behind():
