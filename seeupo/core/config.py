@@ -86,7 +86,8 @@ class AlgorithmConfig:
         ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
       entropy_coef: an entropy bonus: the loss minus this times the entropy of each token's whole
         conditional distribution, aggregated as the objective (verl's ``entropy_coeff``, 0 by default;
-        the policy must give ``token_entropies``: the tabular engine's do).
+        the policy must give ``token_entropies``: the tabular engine's and the language-model policy's do,
+        the latter from the same forward passes as the log-probabilities).
       correction: for rows drawn from a behaviour policy other than the one the update's old
         log-probabilities score (``SampleBatch.logp_behaviour``: a stale policy, an inference
         engine's sampler), a registered rollout correction
