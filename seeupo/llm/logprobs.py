@@ -228,10 +228,16 @@ def token_logprobs_chunked(
       ``[N]`` log-probabilities in ``promote_types(hidden.dtype, float32)``.
     """
     _check(hidden, weight, target, temperature, bias)
+    rows = _chunk_rows(weight, chunk_rows)
+    return _ChunkedTokenLogprobs.apply(hidden, weight, bias, target, float(temperature), rows)
+
+
+def _chunk_rows(weight: Tensor, chunk_rows: int | None) -> int:
+    """``chunk_rows``, or :func:`default_chunk_rows` for ``weight``'s vocabulary; at least 1."""
     rows = default_chunk_rows(weight.shape[0]) if chunk_rows is None else int(chunk_rows)
     if rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    return _ChunkedTokenLogprobs.apply(hidden, weight, bias, target, float(temperature), rows)
+    return rows
 
 
 def token_logprobs_and_entropies_reference(
@@ -243,14 +249,13 @@ def token_logprobs_and_entropies_reference(
     Returns ``([N] log-probabilities, [N] entropies)`` in ``promote_types(hidden.dtype, float32)``.
     """
     _check(hidden, weight, target, temperature, bias)
-    dtype = torch.promote_types(weight.dtype, torch.float32)
-    logp = torch.log_softmax(F.linear(hidden, weight, bias).to(dtype) / temperature, dim=-1)
-    return logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
+    both = _chunk_logprobs_and_entropies(hidden, weight, bias, target, temperature)  # the whole batch as one chunk
+    return both[:, 0], both[:, 1]
 
 
 def _chunk_logprobs_and_entropies(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
                                   temperature: float) -> Tensor:
-    """``[rows, 2]``: one chunk's log-probabilities and entropies (the reference's operations)."""
+    """``[rows, 2]``: the log-probabilities and entropies of ``hidden``'s rows, from their ``[rows, V]`` log-softmax."""
     dtype = torch.promote_types(weight.dtype, torch.float32)
     logp = torch.log_softmax(F.linear(hidden, weight, bias).to(dtype) / temperature, dim=-1)
     return torch.stack([logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)], dim=1)
@@ -278,9 +283,7 @@ def token_logprobs_and_entropies(
     from torch.utils.checkpoint import checkpoint
 
     _check(hidden, weight, target, temperature, bias)
-    rows = default_chunk_rows(weight.shape[0]) if chunk_rows is None else int(chunk_rows)
-    if rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    rows = _chunk_rows(weight, chunk_rows)
     chunks = [checkpoint(_chunk_logprobs_and_entropies, hidden[start: start + rows], weight, bias,
                          target[start: start + rows], float(temperature), use_reentrant=False)
               for start in range(0, hidden.shape[0], rows)]
