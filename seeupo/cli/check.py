@@ -12,7 +12,8 @@ import argparse
 import dataclasses
 import sys
 
-from seeupo.cli.common import CHECK_DIR, UsageError, check_exact_contract, plugin_option, require_algorithms
+from seeupo.cli.common import (CHECK_DIR, UsageError, check_exact_contract, plugin_option, require_algorithms,
+                               rollout_options, rollouts_from)
 from seeupo.validation.arguments import path_arg, positive_float, positive_int, seed_int, writable_dir
 
 
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="exit 1 when the measured verdict is 'J decreased' (default: 0 whatever the verdict, 1 only "
                         "when the evidence is empty), to gate a CI job on it")
     p.add_argument("--no-progress", action="store_true", help="do not print progress to stderr")
+    rollout_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         budget = dataclasses.replace(budget, max_examples=args.max_examples)
     if args.budget is not None:
         budget = dataclasses.replace(budget, seconds=args.budget)
+    budget = dataclasses.replace(budget, verify=dataclasses.replace(budget.verify, rollouts=rollouts_from(args)))
     if len(names) > 1:
         result = compare(names, budget, out, plugins=args.plugins_loaded, seed=args.seed, bridge=not args.no_bridge,
                          say=say, moved_aside=moved)

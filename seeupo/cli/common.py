@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from seeupo.validation.errors import InputError
+
+if TYPE_CHECKING:
+    from seeupo.tabular.behaviour import Rollouts
 
 PAPER_REPRO = Path("paper_repro")
 CHECK_DIR = Path("results/check")  # seeupo check NAME writes to CHECK_DIR / NAME by default
@@ -40,6 +43,35 @@ def plugin_option(p: argparse.ArgumentParser) -> None:
                         "advantage estimators, policy losses and aggregations it registers (repeatable; for train "
                         "and eval it adds to the config's plugins:); installed packages' plugins (entry-point group "
                         "seeupo.plugins) are always loaded")
+
+
+def rollout_options(p: argparse.ArgumentParser) -> None:
+    """The flags that draw the exact runs' rows off policy, in the ecosystem's words (the same on every command
+    that takes them): :class:`seeupo.tabular.behaviour.Rollouts`."""
+    from seeupo.validation.arguments import int_range, nonnegative_float, open_unit_float, positive_float
+
+    g = p.add_argument_group("rollouts", "where the exact runs' rows come from (default: the policy being updated); "
+                                         "the algorithm's correction (e.g. correction: sequence_is) reweights them")
+    g.add_argument("--staleness", type=int_range(0, 1000), default=0, metavar="K",
+                   help="each update reads rows drawn by the policy K updates earlier (an asynchronous trainer's "
+                        "off-policyness; default 0)")
+    g.add_argument("--temperature", type=positive_float, default=1.0,
+                   help="the inference engine samples at this temperature (default 1)")
+    g.add_argument("--top-k", type=int_range(0, 10**6), default=0, metavar="K",
+                   help="the engine keeps the K likeliest tokens (default 0: all)")
+    g.add_argument("--top-p", type=open_unit_float, default=1.0, metavar="P",
+                   help="the engine keeps the likeliest tokens whose mass reaches P (nucleus sampling; default 1: all)")
+    g.add_argument("--kernel-noise", type=nonnegative_float, default=0.0, metavar="STD",
+                   help="seeded Gaussian noise of this std on every log-probability the engine computes (kernels or "
+                        "precision that differ from the trainer's; default 0)")
+
+
+def rollouts_from(args: argparse.Namespace) -> "Rollouts":
+    """The :class:`~seeupo.tabular.behaviour.Rollouts` of :func:`rollout_options`' flags (the noise seeded by ``--seed``)."""
+    from seeupo.tabular.behaviour import Rollouts, Sampler
+
+    return Rollouts(args.staleness, Sampler(args.temperature, args.top_k, args.top_p, args.kernel_noise,
+                                            seed=getattr(args, "seed", None) or 0))
 
 
 def readable_dir(path: str, flag: str) -> Path:

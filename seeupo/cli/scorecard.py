@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seeupo.cli.common import UsageError, check_exact_contract, plugin_option, require_algorithms
+from seeupo.cli.common import (UsageError, check_exact_contract, plugin_option, require_algorithms, rollout_options,
+                               rollouts_from)
 from seeupo.validation.arguments import int_range, move_earlier_outputs_aside, path_arg, seed_int, writable_dir
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="move an earlier card in --out into previous-<time>/ first (nothing is deleted)")
     p.add_argument("--no-progress", action="store_true", help="do not print progress to stderr")
+    rollout_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("argument --compare: expected a comma-separated list of algorithms, e.g. grpo,seeupo")
         require_algorithms(others, "--compare")
     sizes = _sizes(args)
+    rollouts = rollouts_from(args)
     check_exact_contract([args.name, *others], sizes.group_size)  # a broken estimator: one line, no folder
     out = writable_dir(args.out or str(SCORECARD_DIR / args.name), "--out")
     err = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -73,12 +76,17 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda m: None) if args.no_progress else err
     if not args.no_progress:  # the estimate is only said, so it is only measured when progress is shown
         say(f"scorecard {args.name}: timing a unit of each capability on this machine for the estimate ...")
-        say(plan_line(args.name, sizes, calibrate(args.name, sizes, plugins=args.plugins_loaded), bridge=not args.no_bridge))
-    card = score_card(args.name, sizes, out, plugins=args.plugins_loaded, bridge=not args.no_bridge, say=say)
+        say(plan_line(args.name, sizes, calibrate(args.name, sizes, plugins=args.plugins_loaded, rollouts=rollouts),
+                      bridge=not args.no_bridge))
+        if not rollouts.on_policy:
+            say(f"scorecard {args.name}: rows off policy ({rollouts.words()}) in the runs of its own updates")
+    card = score_card(args.name, sizes, out, plugins=args.plugins_loaded, bridge=not args.no_bridge, say=say,
+                      rollouts=rollouts)
     beside = comparison_cards(others or None, sizes, out, exclude=args.name, plugins=args.plugins_loaded,
-                              bridge=not args.no_bridge, say=say) if not card.partial else []
+                              bridge=not args.no_bridge, say=say, rollouts=rollouts) if not card.partial else []
     if not beside and not others and not card.partial:
-        say("drawn alone: no committed card of the field has these sizes (the field's use the defaults)")
+        say("drawn alone: no committed card of the field has these sizes and rollouts (the field's use the defaults, "
+            "on policy; --compare NAME measures others the same way)")
     write(card, out, beside)
     for name, m in card.measured.items():
         print(f"{name:24s} {format_score(m.score)}")
@@ -108,6 +116,9 @@ def _field(args: argparse.Namespace) -> int:
 
     if args.name is not None or args.compare is not None or args.plugin:
         raise UsageError("argument --field: scores the catalogue; it takes no NAME, --compare or --plugin")
+    if not rollouts_from(args).on_policy:
+        raise UsageError("argument --field: the field is scored on policy; score one algorithm with "
+                         "--staleness/--temperature/--top-k/--top-p/--kernel-noise (and --compare the others)")
     sizes = _sizes(args)
     out = writable_dir(args.out or str(SCORECARD_DIR / "field"), "--out")
     err = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from seeupo.cli.common import CHECK_DIR, MAX_CELLS, UsageError, check_exact_contract, plugin_option, readable_dir, require_algorithms
+from seeupo.cli.common import (CHECK_DIR, MAX_CELLS, UsageError, check_exact_contract, plugin_option, readable_dir,
+                               require_algorithms, rollout_options, rollouts_from)
 from seeupo.tabular.families import AGENTIC_FAMILIES
 from seeupo.validation.arguments import (comma_list, int_range, move_earlier_outputs_aside, path_arg, positive_int, seed_int,
                                          writable_dir)
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "'J decreased' (repeatable; results/check/NAME is always consulted when it exists)")
     plugin_option(p)
     p.add_argument("--no-progress", action="store_true", help="do not print per-cell progress to stderr")
+    rollout_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
                       "algorithm_counterexamples": tuple(dict.fromkeys(folders))}
     elif args.counterexamples:
         raise UsageError("argument --counterexamples: needs --algorithms (Table 1 replays the committed counterexamples)")
+    rollouts = rollouts_from(args)
+    if not rollouts.on_policy:
+        if not args.algorithms:
+            raise UsageError("argument --staleness/--temperature/--top-k/--top-p/--kernel-noise: Table 1's claims are "
+                             "made on policy; rows off policy need --algorithms")
+        overrides["rollouts"] = rollouts
     cfg = base.__class__(**{**base.__dict__, **overrides})
     histories = cfg.instances * (cfg.vocab_size ** cfg.length) ** cfg.turns_mt if cfg.turns_mt <= 32 else MAX_CELLS + 1
     if histories > MAX_CELLS:

@@ -86,7 +86,8 @@ class AlgorithmConfig:
         ``use_kl_in_reward``); :func:`seeupo.core.losses.kl_term` says which gradient each gives.
       entropy_coef: an entropy bonus: the loss minus this times the entropy of each token's whole
         conditional distribution, aggregated as the objective (verl's ``entropy_coeff``, 0 by default;
-        the policy must give ``token_entropies``: the tabular engine's do).
+        the policy must give ``token_entropies``: the tabular engine's and the language-model policy's do,
+        the latter from the same forward passes as the log-probabilities).
       correction: for rows drawn from a behaviour policy other than the one the update's old
         log-probabilities score (``SampleBatch.logp_behaviour``: a stale policy, an inference
         engine's sampler), a registered rollout correction
@@ -204,6 +205,11 @@ class AlgorithmConfig:
             raise ValueError(f"AlgorithmConfig.m_clip must satisfy 0 < low <= 1 <= high, got {self.m_clip}")
         if self.kl_coef < 0.0:
             raise ValueError(f"AlgorithmConfig.kl_coef must be >= 0, got {self.kl_coef}")
+        if not 0.0 < self.correction_floor <= 1.0 <= self.correction_cap:
+            raise ValueError("AlgorithmConfig.correction_floor and correction_cap must satisfy 0 < floor <= 1 <= cap "
+                             f"(a weight of 1, on policy, is always kept), got {self.correction_floor} and {self.correction_cap}")
+        if not self.m2_tau >= 0.0:
+            raise ValueError(f"AlgorithmConfig.m2_tau must be >= 0, got {self.m2_tau}")
         if not (0.0 <= self.gae_gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
             raise ValueError("AlgorithmConfig.gae_gamma and gae_lambda must lie in [0, 1]")
         if self.grae_clamp is not None and self.grae_clamp <= 0.0:

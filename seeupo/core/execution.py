@@ -45,7 +45,8 @@ class Policy(Protocol):
     # row indices of an optimizer step's forward/backward passes under the limits, where a policy
     # knows what its passes forward (a packed language-model layout); otherwise micro_batch_plan
     # optional: ``token_entropies(batch) -> [n, L]``, the entropy of each token's whole conditional
-    # distribution (differentiable), which an entropy bonus (``AlgorithmConfig.entropy_coef``) needs
+    # distribution (differentiable), which an entropy bonus (``AlgorithmConfig.entropy_coef``) needs;
+    # ``token_logps_and_entropies(batch)`` gives both from one forward where the policy can
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,7 +118,8 @@ class UpdateStats:
     """Diagnostics of one update, one entry per optimizer step (verl's ``actor/*`` metrics).
 
     ``objective`` is the policy objective (``actor/pg_loss`` is its negative), ``kl`` the
-    aggregated KL penalty before ``kl_coef``, ``grad_norm`` the gradient norm before
+    aggregated KL penalty before ``kl_coef``, ``entropy`` the aggregated entropy an entropy bonus
+    adds before ``entropy_coef`` (only with one), ``grad_norm`` the gradient norm before
     clipping. A step whose loss or gradient is not finite is skipped (no parameter change)
     and counted in ``skipped_steps``. A sequential update also reports its ``turn_order`` and
     ``factor``, the ``[n_traj]`` factor ``F`` that the last turn's weights read (the product over
@@ -134,6 +136,7 @@ class UpdateStats:
     clip_frac: list[float] = field(default_factory=list)
     kl: list[float] = field(default_factory=list)
     grad_norm: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
     turn_order: list[int] = field(default_factory=list)
     factor: Tensor | None = None
     fused_ratio_passes: bool | None = None
@@ -248,7 +251,7 @@ def optimizer_step(
         raise ValueError("kl_coef > 0 needs the reference policy's log-probabilities (logp_ref=...)")
     if cfg.entropy_coef > 0.0 and not hasattr(policy, "token_entropies"):
         raise ValueError(f"entropy_coef > 0 needs a policy that gives each token's entropy ({type(policy).__name__} "
-                         "does not: the tabular engine's policies do, the language-model trainer's do not yet)")
+                         "does not: the tabular engine's policies and the language-model policy do)")
     trained = batch if pending is None else batch.with_updates(valid=batch.valid & ~pending.finished)
     coef = row_coefficients(trained, cfg.aggregation, cfg.aggregation_rows)
     token_coef = row_coefficients(trained, "token_mean")
@@ -267,10 +270,14 @@ def optimizer_step(
     if dp is not None:  # every process makes as many passes (the model's collectives must match)
         plan += [mine[:0]] * (int(dp.max(len(plan))) - len(plan))
     optimizer.zero_grad(set_to_none=True)
-    objective_sum = kl_sum = clipped_mass = 0.0
+    objective_sum = kl_sum = clipped_mass = entropy_sum = 0.0
     for rows in plan:
         micro = batch.select(rows)
-        logp = policy.token_logps(micro)
+        entropies = None
+        if cfg.entropy_coef > 0.0 and hasattr(policy, "token_logps_and_entropies"):  # one forward for both
+            logp, entropies = policy.token_logps_and_entropies(micro)
+        else:
+            logp = policy.token_logps(micro)
         if stats.logp_old is not None:  # on-policy: the step's own scores are the old log-probabilities
             old = torch.where(micro.token_mask, logp.detach().to(micro.logp_old.device, micro.logp_old.dtype), 0.0)
             stats.logp_old[rows.to(stats.logp_old.device)] = old
@@ -285,8 +292,11 @@ def optimizer_step(
         objective, info = policy_objective(logp, micro, micro_weight, cfg, coef=coef[rows], token_coef=token_coef[rows])
         loss = -objective
         if cfg.entropy_coef > 0.0:  # verl's entropy_coeff: the entropy aggregated as the objective, added to it
-            entropy = aggregate(policy.token_entropies(micro), micro, cfg.aggregation, coef[rows], cfg.aggregation_rows)  # type: ignore[attr-defined]
+            if entropies is None:
+                entropies = policy.token_entropies(micro)  # type: ignore[attr-defined]
+            entropy = aggregate(entropies, micro, cfg.aggregation, coef[rows], cfg.aggregation_rows)
             loss = loss - cfg.entropy_coef * entropy
+            entropy_sum += float(entropy.detach())
         if cfg.kl_coef > 0.0 and cfg.kl_placement != "reward":
             kl = kl_term(logp, micro, logp_ref[rows], cfg, coef[rows])
             loss = loss + cfg.kl_coef * kl
@@ -296,8 +306,8 @@ def optimizer_step(
         objective_sum += float(objective.detach())
         clipped_mass += info["clipped_mass"]
     if dp is not None:
-        sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass], dtype=torch.float64, device="cpu"))
-        objective_sum, kl_sum, clipped_mass = sums.tolist()
+        sums = dp.sum(torch.tensor([objective_sum, kl_sum, clipped_mass, entropy_sum], dtype=torch.float64, device="cpu"))
+        objective_sum, kl_sum, clipped_mass, entropy_sum = sums.tolist()
         if pending is not None:  # each process advanced its own trajectories' factors: gather them
             pending.factor = _gathered_factor(pending.factor, batch.traj_id[mine[pending.finished[mine]]], dp)
         if stats.logp_old is not None:  # on-policy, the update's only step: each row was scored by its owner
@@ -315,6 +325,8 @@ def optimizer_step(
     stats.clip_frac.append(clipped_mass / max(batch.num_instances, 1))
     stats.kl.append(kl_sum)
     stats.grad_norm.append(grad_norm)
+    if cfg.entropy_coef > 0.0:
+        stats.entropy.append(entropy_sum)
 
 
 def _gathered_factor(factor: Tensor, mine: Tensor, dp: DataParallel) -> Tensor:

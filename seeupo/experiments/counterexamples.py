@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from seeupo.core.config import AlgorithmConfig
+from seeupo.tabular.behaviour import Rollouts
 from seeupo.tabular.instances import MAX_ABS_VALUE, InstanceError, problem_from_dict, problem_to_dict
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
@@ -245,14 +246,17 @@ class Instance:
         except InputError as err:
             raise err.in_file(path) from None
 
-    def case(self, algorithm: AlgorithmConfig, optimizer: str, lr: float, iterations_factor: int = 1) -> Case:
+    def case(self, algorithm: AlgorithmConfig, optimizer: str, lr: float, iterations_factor: int = 1,
+             rollouts: Rollouts | None = None) -> Case:
         """This instance with another algorithm's own exact update: ``algorithm`` (with the recorded group size),
         its ``optimizer`` and ``lr``, from the recorded start, for the recorded iterations times
         ``iterations_factor`` (a REINFORCE row's many small steps). The start is the recorded policy:
         its probabilities with independent parameters; with shared ones the recorded run's own seeded
-        initialisation, which is what the recorded state holds."""
+        initialisation, which is what the recorded state holds. ``rollouts``: the rows drawn this way instead
+        of as recorded (with staleness ``k``, ``k`` more iterations: the recorded ones read stale rows)."""
         run = dataclasses.replace(self.run, mode="exact", optimizer=optimizer, lr=lr,
-                                  iterations=self.iterations * iterations_factor)
+                                  iterations=self.iterations * iterations_factor + (rollouts.staleness if rollouts else 0),
+                                  **(rollouts.run_fields() if rollouts is not None else {}))  # type: ignore[arg-type]
         start = None
         if self.run.parameterization == "independent":
             policy = initial_policy(self.problem, self.run)

@@ -10,7 +10,8 @@ their ``.json``):
   cosine, the largest error relative to ``|grad J|``, and the verdict (*unbiased*, *biased but uphill*, *points
   downhill*); the estimator is exact so that every bias is the correction's;
 * admission: an asynchronous trainer's stream, where an episode of ``n`` turns is read ``n`` updates late and a
-  rule may drop long episodes (:func:`seeupo.tabular.behaviour.admitted_batch`), on the stop family;
+  rule may drop long episodes (:func:`seeupo.tabular.behaviour.admitted_batch`), on the stop family; for GRPO, whole
+  groups, as old as their longest episode;
 * KL: for each estimator and placement, the expected gradient of the KL term against the exact gradients of
   ``KL(pi || ref)`` and ``KL(ref || pi)`` of the trajectory distributions, on one-token answers and on answers of
   two tokens over two turns (:mod:`seeupo.tabular.kl`).
@@ -126,14 +127,20 @@ ADMISSIONS = (("every episode, fresh", None, False), ("only 1-turn episodes, fre
               ("episodes of at most T-1 turns, each read its length late", -1, True))
 
 
+#: The group estimator of the admission table: GRPO as its preset (no KL term), groups of this size enumerated.
+ADMISSION_GROUP = 3
+
+
 def admission_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
     """An asynchronous trainer's admission rule (:func:`seeupo.tabular.behaviour.admitted_batch`): episodes of ``n``
     turns take ``n`` updates to finish, so they are ``n`` updates stale when read, and a rule may drop the long
     ones. On the stop family (the agent chooses when to stop), the exact advantage's expected first step against
-    ``grad J``, without a correction and with the uncapped trajectory weight, and the admitted mean episode length."""
+    ``grad J``, without a correction and with the uncapped trajectory weight, and the admitted mean episode length;
+    and GRPO (groups of :data:`ADMISSION_GROUP`, admitted whole and as old as their longest episode) against its own
+    step on every group, fresh."""
     from seeupo.tabular.behaviour import admitted_batch, admitted_direction
 
-    rows = []
+    rows, group_rows = [], []
     for turns in (2, 3):
         problem = random_family("stop", instances, turns, reward_levels=3,
                                 generator=torch.Generator().manual_seed(seed * 1009 + 20 + turns))
@@ -147,6 +154,8 @@ def admission_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
             snapshots.append(reference_policy(problem, ahead))
         policy, past = ahead, snapshots[:-1]
         true = torch.cat(policy_gradient(problem, policy), 1)
+        grpo = preset("grpo", group_size=ADMISSION_GROUP)
+        grpo_fresh = torch.cat(admitted_direction(problem, policy, grpo, None, turns), 1)
         for words, max_turns, stale in ADMISSIONS:
             age = turns if max_turns is None else (turns - 1 if max_turns < 0 else max_turns)
             for correction, settings in (("none", {"correction": "none"}),
@@ -160,7 +169,23 @@ def admission_table(instances: int = 4, seed: int = 0) -> dict[str, Any]:
                 rows.append({"problem": f"stop or continue, {turns} turns", "admission": words, "correction": correction,
                              "worst_cosine": min(cosines), "largest_error": max(errors),
                              "verdict": _verdict(cosines, errors), "mean_turns": length})
-    return {"instances": instances, "seed": seed, "rows": rows}
+                grouped = torch.cat(admitted_direction(problem, policy, grpo.replace(**settings), past if stale else None,
+                                                       age), 1)
+                own_cosines, _ = _against(grouped, grpo_fresh)
+                true_cosines, _ = _against(grouped, true)
+                batch, _ = admitted_batch(problem, policy, grpo, past if stale else None, age)
+                group_rows.append({"problem": f"stop or continue, {turns} turns", "admission": words,
+                                   "correction": correction, "worst_cosine_fresh": _worst(own_cosines),
+                                   "worst_cosine_grad_J": _worst(true_cosines),
+                                   "mean_turns": float((batch.weight * batch.valid).sum() / batch.num_instances)})
+    return {"instances": instances, "seed": seed, "rows": rows, "group_size": ADMISSION_GROUP, "grpo_rows": group_rows}
+
+
+def _worst(cosines: list[float]) -> dict[str, Any]:
+    """The smallest cosine over the instances with a step (``None`` when none has one) and how many have none (a zero
+    step: ``nan``)."""
+    moving = [c for c in cosines if not math.isnan(c)]
+    return {"cosine": min(moving) if moving else None, "zero": len(cosines) - len(moving), "of": len(cosines)}
 
 
 def admission_markdown(table: dict[str, Any]) -> str:
@@ -181,6 +206,29 @@ def admission_markdown(table: dict[str, Any]) -> str:
                 cells.append(f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g})")
             mean_turns = by_key[(problem, words, "none")]["mean_turns"]
             lines.append(f"| {problem} | {words} | {mean_turns:.3f} | " + " | ".join(cells) + " |")
+    if table.get("grpo_rows"):
+        lines += ["", f"## GRPO: groups of {table['group_size']} admitted whole", "",
+                  "A group's episodes start together, drawn by one policy, and the group is read when its longest "
+                  "episode ends: it is as old as that episode and, under a rule that drops stale groups (tinker-cookbook's; "
+                  "its PR #822), dropped whole. GRPO's preset (no KL term), every group draw enumerated. Cell: the worst "
+                  "cosine of the admitted step with GRPO's own step on every group, fresh; then with grad J, over the "
+                  "problems where the step is not zero (\"zero step\": on every problem the admitted groups carry no "
+                  "signal; \"k of n zero\": on k of them).", "",
+                  "| Problem | Admitted | mean turns | no correction: vs fresh, vs grad J | sequence_is, no cap: vs fresh, "
+                  "vs grad J |", "|---|---|---|---|---|"]
+        def shown(worst: dict[str, Any]) -> str:
+            if worst["cosine"] is None:
+                return "zero step"
+            return f"{worst['cosine']:.3f}" + (f" ({worst['zero']} of {worst['of']} zero)" if worst["zero"] else "")
+
+        by_group = {(r["problem"], r["admission"], r["correction"]): r for r in table["grpo_rows"]}
+        for problem in dict.fromkeys(r["problem"] for r in table["grpo_rows"]):
+            for words, _, _ in ADMISSIONS:
+                cells = [f"{shown(by_group[(problem, words, c)]['worst_cosine_fresh'])}, "
+                         f"{shown(by_group[(problem, words, c)]['worst_cosine_grad_J'])}"
+                         for c in ("none", "sequence_is, no cap")]
+                lines.append(f"| {problem} | {words} | {by_group[(problem, words, 'none')]['mean_turns']:.3f} | "
+                             + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,7 @@ from seeupo.core.config import PRESETS, TABLE1_CLIP, AlgorithmConfig, preset
 from seeupo.core.registry import adv_estimator, policy_loss
 from seeupo.experiments.counterexamples import Case
 from seeupo.experiments.search_catalog import PAPER_SEARCHES
+from seeupo.tabular.behaviour import Rollouts
 from seeupo.tabular.train import RunConfig
 from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
 from seeupo.testing import agentic_mdps, policies, sequential_bandits, token_bandits, tree_mdps
@@ -119,7 +120,8 @@ ALGORITHM_CLAIM = "monotone"
 
 @st.composite
 def algorithm_cases(
-    draw: st.DrawFn, base: AlgorithmConfig, problems: st.SearchStrategy, *, parameterization: str = "independent"
+    draw: st.DrawFn, base: AlgorithmConfig, problems: st.SearchStrategy, *, parameterization: str = "independent",
+    rollouts: Rollouts = Rollouts(),
 ) -> Case:
     """Any registered algorithm (``base``) from a random positive policy, one exact iteration.
 
@@ -128,7 +130,9 @@ def algorithm_cases(
     policy-gradient loss (not a surrogate) takes one SGD step of size 0.1 to 1, as in
     :func:`reinforce_cases`. An estimator without a closed form over group statistics is
     enumerated over its group-mates' outcomes (:func:`seeupo.tabular.rollout.exact_group_batch`),
-    whose size grows fast with ``G``: its groups have at most 3 members.
+    whose size grows fast with ``G``: its groups have at most 3 members. ``rollouts``: the rows come from a stale
+    policy or through an engine's sampler; with staleness ``k`` a case runs ``k + 1`` iterations, so that its last
+    update reads rows ``k`` updates old.
     """
     problem = draw(problems)
     estimator = adv_estimator(base.advantage)
@@ -136,13 +140,14 @@ def algorithm_cases(
     algo = base.replace(group_size=draw(st.integers(2, largest_group)))
     if not policy_loss(algo.update).surrogate:
         run = RunConfig(mode="exact", optimizer="sgd", lr=draw(st.sampled_from([0.1, 0.5, 1.0])),
-                        parameterization=parameterization, init_scale=1.0, seed=draw(st.integers(0, 3)))
+                        parameterization=parameterization, init_scale=1.0, seed=draw(st.integers(0, 3)),
+                        **rollouts.run_fields())  # type: ignore[arg-type]
     else:
         algo = algo.replace(epochs=draw(st.sampled_from([40, 10])))
         run = RunConfig(mode="exact", lr=draw(st.sampled_from([0.05, 0.2])), parameterization=parameterization,
-                        init_scale=1.0, seed=draw(st.integers(0, 3)))
+                        init_scale=1.0, seed=draw(st.integers(0, 3)), **rollouts.run_fields())  # type: ignore[arg-type]
     start = draw(policies(problem)) if parameterization == "independent" else None
-    return Case(problem, start, algo, run, 1)
+    return Case(problem, start, algo, run, 1 + rollouts.staleness)
 
 
 def _any_levels(strategy: Callable[[int], st.SearchStrategy]) -> st.SearchStrategy:
@@ -150,7 +155,7 @@ def _any_levels(strategy: Callable[[int], st.SearchStrategy]) -> st.SearchStrate
     return st.sampled_from([2, 3, 11]).flatmap(strategy)
 
 
-def algorithm_searches(name: str) -> list[SearchSpec]:
+def algorithm_searches(name: str, rollouts: Rollouts = Rollouts()) -> list[SearchSpec]:
     """The generic monotonicity searches of the registered algorithm ``name`` (a preset, built in or a plugin's).
 
     One search per setting: single turn with one-token and two-token actions, two turns on a
@@ -159,26 +164,31 @@ def algorithm_searches(name: str) -> list[SearchSpec]:
     (:data:`~seeupo.tabular.families.AGENTIC_FAMILIES`: the agent stops when it chooses,
     intermediate rewards, tool results, token actions); each over problems, reward levels, group
     sizes, step sizes and starting policies (:func:`algorithm_cases`), in exact mode. Their names
-    are ``NAME_<setting>`` (``NAME_agentic_<family>`` for a family).
+    are ``NAME_<setting>`` (``NAME_agentic_<family>`` for a family). ``rollouts``: every case's rows come from
+    there (:func:`algorithm_cases`).
     """
     if name not in PRESETS:
         raise ValueError(f"unknown algorithm {name!r}; choose from {sorted(PRESETS)} (a plugin registers more)")
     base = preset(name)
+
+    def drawn(problems: st.SearchStrategy, **kwargs: Any) -> st.SearchStrategy:
+        return algorithm_cases(base, problems, rollouts=rollouts, **kwargs)
+
     settings = [
         ("st_stochastic", "single turn, stochastic outcomes, one-token actions",
-         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(max_turns=1, max_actions=3, max_observations=2,
-                                                                      gamma=1.0, reward_levels=k)))),
+         lambda: drawn(_any_levels(lambda k: tree_mdps(max_turns=1, max_actions=3, max_observations=2,
+                                                       gamma=1.0, reward_levels=k)))),
         ("st_tokens", "single turn, stochastic outcomes, actions of 2 tokens",
-         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(max_turns=1, max_observations=2, gamma=1.0,
-                                                                      reward_levels=k, tokens=(2, 2))))),
+         lambda: drawn(_any_levels(lambda k: tree_mdps(max_turns=1, max_observations=2, gamma=1.0,
+                                                       reward_levels=k, tokens=(2, 2))))),
         ("mt_bandit", "two turns, deterministic sequential bandit",
-         lambda: algorithm_cases(base, _any_levels(lambda k: sequential_bandits(
+         lambda: drawn(_any_levels(lambda k: sequential_bandits(
              min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=k)))),
         ("mt_stochastic", "two turns, stochastic outcomes and per-turn rewards",
-         lambda: algorithm_cases(base, _any_levels(lambda k: tree_mdps(min_turns=2, max_turns=2, max_actions=2,
-                                                                      max_observations=2, gamma=1.0, reward_levels=k)))),
+         lambda: drawn(_any_levels(lambda k: tree_mdps(min_turns=2, max_turns=2, max_actions=2,
+                                                       max_observations=2, gamma=1.0, reward_levels=k)))),
         ("mt_shared", "two turns, parameters shared across turns and histories",
-         lambda: algorithm_cases(base, _any_levels(lambda k: sequential_bandits(
+         lambda: drawn(_any_levels(lambda k: sequential_bandits(
              min_turns=2, max_turns=2, max_actions=3, max_initial_states=1, reward_levels=k)), parameterization="shared")),
     ]
     specs = [SearchSpec(f"{name}_{key}", ALGORITHM_CLAIM, f"{name}: {text}: J decreases", cases, max_examples=60)
@@ -186,7 +196,7 @@ def algorithm_searches(name: str) -> list[SearchSpec]:
     for family in AGENTIC_FAMILIES:
         specs.append(SearchSpec(
             f"{name}_agentic_{family}", ALGORITHM_CLAIM, f"{name}: 2 or 3 turns, {AGENTIC_FAMILY_TEXT[family]}: J decreases",
-            lambda family=family: algorithm_cases(base, _any_levels(lambda k: agentic_mdps(family, reward_levels=k))),
+            lambda family=family: drawn(_any_levels(lambda k: agentic_mdps(family, reward_levels=k))),
             max_examples=60, setting=family))
     return specs
 

@@ -69,7 +69,7 @@ def verl_config_refusal(config: Mapping[str, Any]) -> str | None:
     advantages); a critic in verl (``critic.enable`` or ``algorithm.adv_estimator: gae``); an
     actor strategy other than ``fsdp2`` (the exact data-parallel sum needs FSDP2's divide
     factor); verl's ``loss_agg_mode``, ``ppo_epochs``, ``use_kl_loss`` / ``kl_loss_coef`` /
-    ``kl_loss_type`` that contradict the algorithm (verl's keys would silently not apply);
+    ``kl_loss_type``, ``entropy_coeff`` that contradict the algorithm (verl's keys would silently not apply);
     ``ppo_mini_batch_size`` smaller than the batch (the sweep's steps per turn come from the
     algorithm, one minibatch per turn in SeeUPO); a rollout without multi-turn (no turns to read).
     """
@@ -107,6 +107,9 @@ def verl_config_refusal(config: Mapping[str, Any]) -> str | None:
             actor["kl_loss_type"]) != cfg.kl_estimator:
         return (f"actor_rollout_ref.actor.kl_loss_type={actor['kl_loss_type']!r} contradicts seeupo.algorithm "
                 f"kl_estimator={cfg.kl_estimator!r}")
+    if float(actor.get("entropy_coeff") or 0.0) != cfg.entropy_coef:
+        return (f"actor_rollout_ref.actor.entropy_coeff={actor.get('entropy_coeff')} contradicts seeupo.algorithm "
+                f"entropy_coef={cfg.entropy_coef} (the worker's loss is seeupo's)")
     batch = int(config["data"]["train_batch_size"])
     if int(actor["ppo_mini_batch_size"]) != batch:
         return (f"actor_rollout_ref.actor.ppo_mini_batch_size={actor['ppo_mini_batch_size']} must equal "

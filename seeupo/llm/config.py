@@ -428,10 +428,6 @@ def _check_consistency(cfg: "TrainConfig") -> None:
     if not adv_estimator(cfg.algorithm.advantage).lm:
         raise InputError("config.algorithm.advantage", f"{cfg.algorithm.advantage!r} has no language-model form "
                                                        "(registered with lm=False: it needs the exact values of a tabular problem)")
-    if cfg.algorithm.entropy_coef > 0:
-        raise InputError("config.algorithm.entropy_coef", "an entropy bonus needs each token's whole conditional "
-                                                          "distribution, which the language-model policy does not compute "
-                                                          "yet (the tabular engine does); set it to 0")
     if r.vllm_sleep and r.engine != "vllm":
         raise InputError("config.rollout.vllm_sleep", "needs rollout.engine: vllm")
     if o.micro_batch_tokens is not None and o.micro_batch_tokens < r.max_context:

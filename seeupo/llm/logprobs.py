@@ -228,10 +228,68 @@ def token_logprobs_chunked(
       ``[N]`` log-probabilities in ``promote_types(hidden.dtype, float32)``.
     """
     _check(hidden, weight, target, temperature, bias)
+    rows = _chunk_rows(weight, chunk_rows)
+    return _ChunkedTokenLogprobs.apply(hidden, weight, bias, target, float(temperature), rows)
+
+
+def _chunk_rows(weight: Tensor, chunk_rows: int | None) -> int:
+    """``chunk_rows``, or :func:`default_chunk_rows` for ``weight``'s vocabulary; at least 1."""
     rows = default_chunk_rows(weight.shape[0]) if chunk_rows is None else int(chunk_rows)
     if rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    return _ChunkedTokenLogprobs.apply(hidden, weight, bias, target, float(temperature), rows)
+    return rows
+
+
+def token_logprobs_and_entropies_reference(
+    hidden: Tensor, weight: Tensor, target: Tensor, temperature: float, bias: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """:func:`token_logprobs_reference` and the entropy ``-sum_v p_v log p_v`` of each position's whole conditional
+    ``p = softmax((hidden @ weight.T + bias) / temperature)``, the plain way (the ``[N, V]`` log-softmax kept).
+
+    Returns ``([N] log-probabilities, [N] entropies)`` in ``promote_types(hidden.dtype, float32)``.
+    """
+    _check(hidden, weight, target, temperature, bias)
+    both = _chunk_logprobs_and_entropies(hidden, weight, bias, target, temperature)  # the whole batch as one chunk
+    return both[:, 0], both[:, 1]
+
+
+def _chunk_logprobs_and_entropies(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                                  temperature: float) -> Tensor:
+    """``[rows, 2]``: the log-probabilities and entropies of ``hidden``'s rows, from their ``[rows, V]`` log-softmax."""
+    dtype = torch.promote_types(weight.dtype, torch.float32)
+    logp = torch.log_softmax(F.linear(hidden, weight, bias).to(dtype) / temperature, dim=-1)
+    return torch.stack([logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)], dim=1)
+
+
+def token_logprobs_and_entropies(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    temperature: float,
+    bias: Tensor | None = None,
+    chunk_rows: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`token_logprobs_and_entropies_reference`'s numbers and gradients, ``chunk_rows`` rows of logits at a time.
+
+    Each chunk runs under ``torch.utils.checkpoint``: its ``[chunk_rows, V]`` logits exist only while it is
+    computed, in the forward pass and again in the backward pass, and nothing of size ``V`` per row is kept
+    between them (as :func:`token_logprobs_chunked`). The entropy an entropy bonus needs
+    (``AlgorithmConfig.entropy_coef``) comes from the same logits as the log-probabilities: one pass of the head
+    for both. Autograd differentiates the reference's own operations, so the values and gradients are the
+    reference's up to the order of the vocabulary sums.
+
+    Returns ``([N] log-probabilities, [N] entropies)`` in ``promote_types(hidden.dtype, float32)``.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    _check(hidden, weight, target, temperature, bias)
+    rows = _chunk_rows(weight, chunk_rows)
+    chunks = [checkpoint(_chunk_logprobs_and_entropies, hidden[start: start + rows], weight, bias,
+                         target[start: start + rows], float(temperature), use_reentrant=False)
+              for start in range(0, hidden.shape[0], rows)]
+    both = torch.cat(chunks) if chunks else torch.zeros(0, 2, dtype=torch.promote_types(weight.dtype, torch.float32),
+                                                         device=hidden.device)
+    return both[:, 0], both[:, 1]
 
 
 def liger_unavailable(device: torch.device | str) -> str | None:

@@ -162,14 +162,16 @@ def update_metrics(batch: SampleBatch, stats: UpdateStats, logp_diff: torch.Tens
     (``logp_diff``, one entry per real token; 0 when there is none). ``prep_s``: seconds of scoring
     and advantages; ``update_s``: of the update, the critic's and the weight sync. A sequential
     update whose ``M`` reads the ratio adds ``actor/fused_ratio_passes``: 1 when its ratio passes
-    were fused into the next turns' steps, 0 when not (``stats.fusion_blocker`` says why).
+    were fused into the next turns' steps, 0 when not (``stats.fusion_blocker`` says why). With an entropy
+    bonus, ``actor/entropy`` is the aggregated entropy of the response tokens' conditionals (verl's name).
     """
     real = batch.token_mask & batch.valid[:, None]
     returns = per_trajectory(batch.traj_return, batch)
     turns = segment_sum(batch.valid.to(torch.float64), batch.traj_id, batch.num_trajectories)
     response_tokens = real.sum(1)[batch.valid].to(torch.float64)
-    fused = {} if stats.fused_ratio_passes is None else {"actor/fused_ratio_passes": float(stats.fused_ratio_passes)}
-    return fused | {
+    optional = {} if stats.fused_ratio_passes is None else {"actor/fused_ratio_passes": float(stats.fused_ratio_passes)}
+    optional |= {"actor/entropy": _mean(stats.entropy)} if stats.entropy else {}
+    return optional | {
         "actor/pg_loss": -_mean(stats.objective),
         "actor/pg_clipfrac": _mean(stats.clip_frac),
         "actor/kl_loss": _mean(stats.kl),

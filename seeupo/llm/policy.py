@@ -63,7 +63,8 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
-from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend
+from seeupo.llm.logprobs import (LogprobPath, TokenLogprobs, head_unsupported, logprob_backend,
+                                 token_logprobs_and_entropies)
 from seeupo.llm.memory import DEVICE_SHARE
 from seeupo.llm.passes import (_AutoBudget, _merged_by_trajectory, _pass_inputs, _plan, _plan_kernel, _Reads,
                                _recomputing, _write_rows, effective_scoring, micro_batches, shared_micro_batches,
@@ -194,14 +195,30 @@ class CausalLMPolicy(torch.nn.Module):
         """
         return self.log_probs(batch, self.temperature)
 
-    def log_probs(self, batch: SampleBatch, temperature: float | None = None) -> Tensor:
-        """:meth:`token_logps` at another temperature (``None``: the policy's own)."""
+    def token_logps_and_entropies(self, batch: SampleBatch) -> tuple[Tensor, Tensor]:
+        """:meth:`token_logps` and ``[n, L]`` the entropy of each response token's whole conditional (what an
+        entropy bonus, ``AlgorithmConfig.entropy_coef``, reads; verl's ``entropy_from_logits``), from the same
+        forward passes: the head's logits give both (:func:`seeupo.llm.logprobs.token_logprobs_and_entropies`,
+        chunked whatever ``logprobs`` says: liger's kernel gives no entropy). Both differentiable; 0 off the
+        response tokens."""
+        return self.log_probs(batch, self.temperature, with_entropy=True)  # type: ignore[return-value]
+
+    def token_entropies(self, batch: SampleBatch) -> Tensor:
+        """The entropies of :meth:`token_logps_and_entropies` alone (the core's optional ``Policy`` hook)."""
+        return self.token_logps_and_entropies(batch)[1]
+
+    def log_probs(self, batch: SampleBatch, temperature: float | None = None,
+                  with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """:meth:`token_logps` at another temperature (``None``: the policy's own); ``with_entropy``: and the
+        entropies, as :meth:`token_logps_and_entropies` gives them."""
         tau = self.temperature if temperature is None else float(temperature)
         n, L = batch.token_mask.shape
         param = next(self.model.parameters())
         # softmax in at least float32: bf16/fp16 log-probabilities are too coarse for ratios
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
+        entropies = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device) if with_entropy else None
+        head = _both_per_token if with_entropy else logprob_backend(self.logprobs, param.device)
         passes, kernel = _plan(self, self.model, batch, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
         calls = [(p, *_pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits))
                  for p in passes]
@@ -209,22 +226,35 @@ class CausalLMPolicy(torch.nn.Module):
             while calls:  # each pass's inputs (its tree mask's block mask too) are dropped once it ran
                 p, inputs, reads = calls.pop(0)
                 if self._head is not None:  # the head gives the log-probabilities of the read tokens only
-                    with _head_gives_logprobs(self.model, self._head, reads, tau, logprob_backend(self.logprobs, param.device)):
-                        tok_logp = self.model(**inputs).logits
+                    with _head_gives_logprobs(self.model, self._head, reads, tau, head):
+                        per_token = self.model(**inputs).logits
                 else:  # the model's own logits (every position of the pass), then the read ones
-                    tok_logp = _logprobs_of_logits(reads.pick(self.model(**inputs).logits), reads.target, tau)
+                    per_token = _logprobs_of_logits(reads.pick(self.model(**inputs).logits), reads.target, tau,
+                                                    with_entropy)
                 if p is None:  # a dummy pass: an exact 0 that reaches every parameter
-                    out = out + 0.0 * tok_logp.sum().to(out.device, out.dtype)
+                    out = out + 0.0 * per_token.sum().to(out.device, out.dtype)
                     continue
-                out = _write_rows(out, p.rows, torch.where(reads.mask, tok_logp, 0.0))
-        return out
+                if entropies is not None:  # [k, l, 2]: the log-probabilities, then the entropies
+                    entropies = _write_rows(entropies, p.rows, torch.where(reads.mask, per_token[..., 1], 0.0))
+                    per_token = per_token[..., 0]
+                out = _write_rows(out, p.rows, torch.where(reads.mask, per_token, 0.0))
+        return (out, entropies) if entropies is not None else out
 
 
-def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float) -> Tensor:
+def _both_per_token(hidden: Tensor, weight: Tensor, target: Tensor, temperature: float,
+                    bias: Tensor | None = None) -> Tensor:
+    """``[N, 2]``: the log-probabilities and entropies of :func:`~seeupo.llm.logprobs.token_logprobs_and_entropies`
+    (a head's per-token function, as :class:`_LogprobHead` calls it)."""
+    return torch.stack(token_logprobs_and_entropies(hidden, weight, target, temperature, bias), dim=-1)
+
+
+def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float, with_entropy: bool = False) -> Tensor:
     """``log softmax(logits / temperature)[target]`` in at least float32 (bf16/fp16 log-probabilities are too
-    coarse for ratios): ``[...]`` from ``logits [..., V]`` and ``target [...]``."""
+    coarse for ratios): ``[...]`` from ``logits [..., V]`` and ``target [...]``; ``with_entropy``: ``[..., 2]``, the
+    entropy of each position's whole distribution beside it."""
     logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, dim=-1)
-    return logp.gather(-1, target[..., None]).squeeze(-1)
+    picked = logp.gather(-1, target[..., None]).squeeze(-1)
+    return torch.stack([picked, -(logp.exp() * logp).sum(-1)], dim=-1) if with_entropy else picked
 
 
 class _LogprobHead(torch.nn.Module):
@@ -238,7 +268,7 @@ class _LogprobHead(torch.nn.Module):
         picked = self.reads.pick(hidden)  # [k, l, H]
         flat = self.logprobs(picked.reshape(-1, picked.shape[-1]), self.head.weight, self.reads.target.reshape(-1),
                              self.temperature, bias=self.head.bias)
-        return flat.reshape(self.reads.target.shape)
+        return flat.reshape(*self.reads.target.shape, *flat.shape[1:])  # [k, l] (or [k, l, 2] with the entropies)
 
 
 @contextlib.contextmanager

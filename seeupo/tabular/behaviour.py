@@ -52,6 +52,49 @@ class Sampler:
         return self.temperature == 1.0 and self.top_k == 0 and self.top_p == 1.0 and self.noise == 0.0
 
 
+@dataclass(frozen=True)
+class Rollouts:
+    """Where a run's rows come from, in the words the ecosystem uses: ``staleness``, the updates between the policy
+    that drew the rows and the policy they update (an asynchronous trainer's, AReaL's ``max_head_offpolicyness``),
+    and the inference engine's ``sampler`` (vLLM's ``temperature``, ``top_k``, ``top_p``; ``noise`` for kernels that
+    compute other numbers). The default is on policy."""
+
+    staleness: int = 0
+    sampler: Sampler = Sampler()
+
+    def __post_init__(self) -> None:
+        if self.staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {self.staleness}")
+
+    @property
+    def on_policy(self) -> bool:
+        return self.staleness == 0 and self.sampler.on_policy
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object] | None) -> "Rollouts":
+        """The setting from its ``dataclasses.asdict`` (``None``, as a report written before there was one: on policy)."""
+        if not data:
+            return cls()
+        return cls(int(data.get("staleness", 0)), Sampler(**dict(data.get("sampler") or {})))  # type: ignore[arg-type]
+
+    def run_fields(self) -> dict[str, object]:
+        """The :class:`~seeupo.tabular.train.RunConfig` fields that draw a run's rows this way."""
+        return {"staleness": self.staleness, "sampler": None if self.sampler.on_policy else self.sampler}
+
+    def words(self) -> str:
+        """The setting in words: ``"on policy"``, or e.g. ``"rows 1 update stale; engine: temperature 0.7, top-p 0.9"``."""
+        if self.on_policy:
+            return "on policy"
+        s = self.sampler
+        parts = [f"rows {self.staleness} update{'s' if self.staleness != 1 else ''} stale"] if self.staleness else []
+        engine = ([f"temperature {s.temperature:g}"] if s.temperature != 1.0 else []) + (
+            [f"top-k {s.top_k}"] if s.top_k else []) + ([f"top-p {s.top_p:g}"] if s.top_p < 1.0 else []) + (
+            [f"per-token noise {s.noise:g} (seed {s.seed})"] if s.noise else [])
+        if engine:
+            parts.append("engine: " + ", ".join(engine))
+        return "; ".join(parts)
+
+
 def sampled_conditional(log_probs: Tensor, sampler: Sampler, generator: torch.Generator | None = None) -> Tensor:
     """``[..., V]`` log-probabilities of the next token as ``sampler`` draws it from ``log_probs`` (``-inf`` on the
     tokens it never draws)."""
@@ -96,17 +139,20 @@ def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig
     admitted path weighted by its probability under the policy that drew it, renormalised over the admitted paths
     (the trainer fills its batch with admitted episodes), with ``logp_behaviour`` from that policy.
 
-    Only an estimator without group statistics: a group's episodes start together, and which of them an admission
-    rule keeps depends on their lengths, which the exact group enumeration does not model."""
+    A group estimator's episodes start together, drawn by one policy, and the group is read when its longest
+    episode has finished: a group is as old as its longest episode, drawn by ``past[-n]`` for that length ``n``, and
+    is dropped whole when ``n > max_age`` (the stale-group rule of tinker-cookbook, whose PR #822 observes that it
+    favours short episodes). Every group draw is enumerated (:func:`seeupo.tabular.rollout.group_draws`), its
+    weight the probability of the whole group under its drawing policy, so that the estimator's group statistics
+    are those of the admitted groups."""
     from seeupo.core.registry import adv_estimator
-    from seeupo.core.update import compute_advantages
-    from seeupo.tabular.rollout import critic_values, exact_batch, oracle_advantages
 
-    if adv_estimator(cfg.advantage).needs_group_stats:
-        raise ValueError(f"admission needs an estimator without group statistics; {cfg.advantage!r} compares a "
-                         "trajectory with its group's, whose admission is not modelled")
     if max_age < 1:
         raise ValueError(f"max_age must be >= 1 (an episode of one turn is one update old), got {max_age}")
+    if adv_estimator(cfg.advantage).needs_group_stats:
+        return _admitted_groups(problem, policy, cfg, past, max_age)
+    from seeupo.tabular.rollout import exact_batch
+
     batch, _ = exact_batch(problem, policy, cfg)  # every path under policy: the rows' tokens and histories
     turns = torch.zeros(batch.num_trajectories, dtype=torch.long).index_add_(0, batch.traj_id, batch.valid.long())
     length = turns[batch.traj_id]
@@ -119,14 +165,52 @@ def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig
     log_ratio = torch.where(batch.valid[:, None], logp_behaviour - batch.logp_old, 0.0).sum(1)
     per_traj = torch.zeros(batch.num_trajectories, dtype=DTYPE).index_add_(0, batch.traj_id, log_ratio)
     weight = batch.weight * torch.exp(per_traj[batch.traj_id]) * (length <= max_age)
-    total = torch.zeros(batch.num_instances, dtype=DTYPE).index_add_(0, batch.instance,
-                                                                     torch.where(batch.turn == 0, weight, 0.0))
-    weight = weight / total.clamp_min(1e-300)[batch.instance]
-    admitted = batch.with_updates(weight=weight, logp_behaviour=logp_behaviour if past is not None else None)
+    admitted = _renormalised(batch.with_updates(weight=weight, logp_behaviour=logp_behaviour if past is not None else None))
+    return admitted, _advantages(problem, policy, cfg, admitted)
+
+
+def _admitted_groups(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
+                     past: list[TabularPolicy] | None, max_age: int) -> tuple[SampleBatch, Tensor]:
+    """:func:`admitted_batch` for a group estimator: whole groups, as old as their longest episode."""
+    from seeupo.tabular.rollout import enumerate_paths, group_batch, group_draws
+
+    generators = past if past is not None else [policy]
+    with torch.no_grad():
+        paths = enumerate_paths(problem, policy.action_probs())
+        scored = tuple(enumerate_paths(problem, g.action_probs()) for g in generators)
+    inst, path, mates, weight = group_draws(problem, paths, cfg, under=scored)
+    length = paths.alive[inst, path].sum(-1)
+    if mates.shape[1]:
+        length = torch.maximum(length, paths.alive[inst[:, None], mates].sum(-1).amax(1))
+    which = (len(generators) - length).clamp(min=0) if past is not None else torch.zeros_like(length)
+    drawn = weight[torch.arange(inst.numel()), 1 + which] * (length <= max_age)
+    batch = group_batch(problem, policy, paths, inst, path, mates, drawn)
+    if past is not None:
+        with torch.no_grad():
+            drawn_by = torch.stack([g.token_logps(batch) * batch.token_mask for g in generators])
+        batch = batch.with_updates(logp_behaviour=drawn_by[which[batch.group_id], torch.arange(batch.num_rows)])
+    admitted = _renormalised(batch)
+    own = admitted.traj_id < inst.numel()
+    return admitted.select(own), _advantages(problem, policy, cfg, admitted)[own]
+
+
+def _renormalised(batch: SampleBatch) -> SampleBatch:
+    """``batch`` with its weights summing to 1 per instance over its trajectories (the trainer fills its batch with
+    admitted episodes)."""
+    total = torch.zeros(batch.num_instances, dtype=DTYPE).index_add_(
+        0, batch.instance, torch.where(batch.turn == 0, batch.weight, 0.0))
+    return batch.with_updates(weight=batch.weight / total.clamp_min(1e-300)[batch.instance])
+
+
+def _advantages(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, batch: SampleBatch) -> Tensor:
+    from seeupo.core.registry import adv_estimator
+    from seeupo.core.update import compute_advantages
+    from seeupo.tabular.rollout import critic_values, oracle_advantages
+
     estimator = adv_estimator(cfg.advantage)
-    critic = critic_values(problem, policy, admitted) if estimator.needs_critic else None
-    oracle = oracle_advantages(problem, policy, admitted) if estimator.needs_oracle else None
-    return admitted, compute_advantages(admitted, cfg, critic_values=critic, oracle=oracle)
+    critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
+    oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
+    return compute_advantages(batch, cfg, critic_values=critic, oracle=oracle)
 
 
 def admitted_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,

@@ -163,19 +163,24 @@ class _Recorder(torch.optim.Optimizer):
                     self.ascent[p] -= p.grad
 
 
-def _first_step(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig) -> dict[Tensor, Tensor]:
-    """The ascent direction of ``cfg``'s update on ``batch`` at ``policy``, per parameter (:class:`_Recorder`)."""
+def _first_step(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig,
+                logp_ref: Tensor | None = None) -> dict[Tensor, Tensor]:
+    """The ascent direction of ``cfg``'s update on ``batch`` at ``policy``, per parameter (:class:`_Recorder`);
+    a KL term in the loss is kept only where ``logp_ref`` (the reference's log-probabilities of the rows) is given."""
     from seeupo.core.update import UpdateSettings, policy_update
 
     recorder = _Recorder(list(policy.parameters()))
-    first = cfg.replace(epochs=1, minibatches=1, equal_budget=False, kl_coef=0.0)
-    policy_update(policy, recorder, batch, adv.detach(), first, UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    kept = cfg.kl_coef if logp_ref is not None else 0.0
+    first = cfg.replace(epochs=1, minibatches=1, equal_budget=False, kl_coef=kept)
+    policy_update(policy, recorder, batch, adv.detach(), first,
+                  UpdateSettings(generator=torch.Generator().manual_seed(0), logp_ref=logp_ref))
     return recorder.ascent
 
 
-def first_step_per_turn(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig) -> list[Tensor]:
+def first_step_per_turn(policy: TabularPolicy, batch: SampleBatch, adv: Tensor, cfg: AlgorithmConfig,
+                        logp_ref: Tensor | None = None) -> list[Tensor]:
     """The ascent direction of ``cfg``'s update on ``batch`` (:func:`_first_step`) per turn, ``[I, P_t]``."""
-    ascent = _first_step(policy, batch, adv, cfg)
+    ascent = _first_step(policy, batch, adv, cfg, logp_ref)
     return [_per_instance([ascent[p] for p in ps], ps) for ps in _turn_parameters(policy)]
 
 
@@ -207,7 +212,8 @@ def _linear_in_advantage(cfg: AlgorithmConfig, _functions: tuple[object, ...]) -
 
 
 def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
-                     behaviour: TabularPolicy | None = None) -> tuple[list[Tensor], Tensor]:
+                     behaviour: TabularPolicy | None = None,
+                     reference: TabularPolicy | None = None) -> tuple[list[Tensor], Tensor]:
     """The expected first step of ``cfg``'s whole update per turn, ``[I, P_t]``, and its scale ``[I]``.
 
     The algorithm's own update (:func:`seeupo.core.update.policy_update`: its policy loss,
@@ -216,19 +222,29 @@ def update_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
     optimizer that records each step's ascent direction and moves nothing: every ratio is 1, so
     each turn's step reads the ``M`` factor's first-step value, the derivative of the loss at ratio
     1 and the aggregation's weights of the whole batch (a trajectory's own length included, where a
-    loss reads it). Gradient-norm clipping and a KL term (whose gradient is zero at the reference)
-    are left out. A group estimator's closed form (each path's expected advantage) gives the
+    loss reads it). Gradient-norm clipping is left out, and so is a KL term unless ``reference`` is
+    given (at the reference itself its gradient is zero). A group estimator's closed form (each path's expected advantage) gives the
     expected step only for an update linear in the advantages (:func:`linear_in_advantage`); for
     another the group-mates are enumerated (:func:`seeupo.tabular.rollout.exact_group_batch`), so
     that each group draw's advantage goes through the loss. The scale is ``sum_rows |c_i| sum_j
     |A_ij|`` (``c`` the aggregation's row coefficients): the size its terms could have had.
     ``behaviour``: the rows are drawn from it instead of ``policy`` (off policy), and ``cfg.correction``
-    reweights them (:mod:`seeupo.tabular.behaviour`).
+    reweights them (:mod:`seeupo.tabular.behaviour`). ``reference``: the KL term is kept, against this frozen
+    policy, where it sits (``cfg.kl_placement``: the penalised rewards feed the advantages, or the reference's
+    log-probabilities the loss; :mod:`seeupo.tabular.kl`).
     """
+    from seeupo.tabular.kl import kl_reward_problem
+
     estimator = adv_estimator(cfg.advantage)
     closed_form = not (estimator.needs_group_stats and estimator.group_stats_closed_form) or linear_in_advantage(cfg)
-    batch, adv = exact_advantages(problem, policy, cfg, closed_form=closed_form, behaviour=behaviour)
-    out = first_step_per_turn(policy, batch, adv, cfg)
+    kl = reference is not None and cfg.kl_coef > 0.0
+    learned = kl_reward_problem(problem, policy, reference, cfg) if kl and cfg.kl_placement == "reward" else problem
+    batch, adv = exact_advantages(learned, policy, cfg, closed_form=closed_form, behaviour=behaviour)
+    logp_ref = None
+    if kl and cfg.kl_placement != "reward":
+        with torch.no_grad():
+            logp_ref = reference.token_logps(batch)  # type: ignore[union-attr]
+    out = first_step_per_turn(policy, batch, adv, cfg, logp_ref)
     real = (batch.token_mask & batch.valid[:, None]).to(DTYPE)
     coef = row_coefficients(batch, cfg.aggregation, cfg.aggregation_rows).to(DTYPE).abs()
     terms = coef * (adv.detach().to(DTYPE).abs() * real).sum(1)

@@ -332,6 +332,19 @@ def exact_group_batch(
     with torch.no_grad():
         probs = (behaviour if behaviour is not None else policy).action_probs()
     paths = enumerate_paths(problem, probs)
+    inst, path, mates, weight = group_draws(problem, paths, cfg, max_rows=max_rows)
+    batch = group_batch(problem, policy, paths, inst, path, mates, weight[:, 0], behaviour)
+    return batch, batch.traj_id < inst.numel()
+
+
+def group_draws(problem: TreeMDP, paths: Paths, cfg: AlgorithmConfig, *, max_rows: int = MAX_ROWS,
+                under: tuple[Paths, ...] = ()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The groups :func:`exact_group_batch` enumerates: each reachable path with each multiset of its ``G - 1``
+    group-mates' outcome classes. Returns ``(inst [m], path [m], mates [m, G - 1], weight [m, 1 + len(under)])``:
+    the own path, a representative path of each mate's class, and the draw's probability ``P(path) P(multiset)``
+    under ``paths``' probabilities, then under each of ``under`` (the same enumeration scored by other policies:
+    the same paths and outcome classes, other probabilities), so that a draw's weight can follow whichever
+    policy drew it."""
     num_inst, _, num_turns = paths.hist.shape
     mates_per_group = cfg.group_size - 1
     reads_histories = adv_estimator(cfg.advantage).reads_histories
@@ -342,28 +355,35 @@ def exact_group_batch(
             idx = (reachable & (paths.s0 == s)).nonzero().squeeze(1)
             if idx.numel() == 0:
                 continue
-            reps, class_p = _outcome_classes(paths, i, idx, reads_histories)
+            reps, _ = _outcome_classes(paths, i, idx, reads_histories)
             configs = list(itertools.combinations_with_replacement(range(len(reps)), mates_per_group))
             _check_rows(idx.numel() * len(configs) * cfg.group_size * num_turns, max_rows)
-            config_p = torch.tensor([_multinomial_probability(c, class_p) for c in configs], dtype=DTYPE)
+            weights = []
+            for scored in (paths, *under):  # the same outcome classes, each policy's probabilities of them
+                _, class_p = _outcome_classes(scored, i, idx, reads_histories)
+                config_p = torch.tensor([_multinomial_probability(c, class_p) for c in configs], dtype=DTYPE)
+                weights.append((scored.prob[i, idx][:, None] * config_p[None, :]).reshape(-1))
             config_paths = torch.tensor([[reps[k] for k in c] for c in configs], dtype=torch.long).reshape(len(configs), -1)
             own_inst.append(torch.full((idx.numel() * len(configs),), i))
             own_path.append(idx.repeat_interleave(len(configs)))
-            own_weight.append((paths.prob[i, idx][:, None] * config_p[None, :]).reshape(-1))
+            own_weight.append(torch.stack(weights, 1))
             mate_path.append(config_paths.repeat(idx.numel(), 1))
+    return torch.cat(own_inst), torch.cat(own_path), torch.cat(mate_path), torch.cat(own_weight)
 
-    inst, path, weight = torch.cat(own_inst), torch.cat(own_path), torch.cat(own_weight)
-    mates = torch.cat(mate_path)  # [m, G - 1]
-    m = inst.numel()
+
+def group_batch(problem: TreeMDP, policy: TabularPolicy, paths: Paths, inst: Tensor, path: Tensor, mates: Tensor,
+                weight: Tensor, behaviour: TabularPolicy | None = None) -> SampleBatch:
+    """The batch of :func:`group_draws`' groups: own trajectory ``j`` (ids ``0..m-1``) with ``weight[j]`` and its
+    mates (the ids after) with weight 0; group ``j`` is own trajectory ``j`` and its mates."""
+    m, mates_per_group = mates.shape
     all_inst = torch.cat([inst, inst.repeat_interleave(mates_per_group)])
     all_path = torch.cat([path, mates.reshape(-1)])
     all_weight = torch.cat([weight, torch.zeros(m * mates_per_group, dtype=DTYPE)])
     all_group = torch.cat([torch.arange(m), torch.arange(m).repeat_interleave(mates_per_group)])
-    batch = _build_batch(
+    return _build_batch(
         problem, policy, paths.hist[all_inst, all_path], paths.action[all_inst, all_path],
         paths.alive[all_inst, all_path], paths.reward[all_inst, all_path], all_weight, all_group, all_inst, behaviour,
     )
-    return batch, batch.traj_id < m
 
 
 def _outcome_classes(paths: Paths, i: int, idx: Tensor, reads_histories: bool) -> tuple[list[int], list[float]]:

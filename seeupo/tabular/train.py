@@ -17,6 +17,7 @@ from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.core.registry import adv_estimator
 from seeupo.core.update import UpdateSettings, compute_advantages, num_turns, policy_update, sequential_sweep
+from seeupo.tabular.behaviour import Sampler, behaviour_policy
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
 from seeupo.tabular.kl import kl_reward_problem, reference_policy
 from seeupo.tabular.policies import TabularPolicy
@@ -47,6 +48,9 @@ class RunConfig:
     staleness: each update's rows come from the policy this many updates earlier (the start policy
       until there is one that old): an asynchronous trainer's stale rollouts; the algorithm's
       ``correction`` reweights them.
+    sampler: each update's rows are drawn through this inference engine's sampler (temperature, top-k, top-p,
+      noise: :class:`seeupo.tabular.behaviour.Sampler`) from the policy, or from the stale one; ``None``: as
+      the policy itself draws them.
     seed: seeds the policy initialisation, rollouts and orders.
     """
 
@@ -63,6 +67,7 @@ class RunConfig:
     feature_dim: int = 4
     init_scale: float = 0.0
     staleness: int = 0
+    sampler: Sampler | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -213,6 +218,8 @@ class AlgorithmStep:
         if self.run_cfg.staleness > 0:
             self.past = (self.past + [reference_policy(problem, policy)])[-(self.run_cfg.staleness + 1):]
             behaviour = self.past[0] if len(self.past) > 1 else None
+        if self.run_cfg.sampler is not None and not self.run_cfg.sampler.on_policy:
+            behaviour = behaviour_policy(problem, policy if behaviour is None else behaviour, self.run_cfg.sampler)
         if kl and self.cfg.kl_placement == "reward":
             learned = kl_reward_problem(problem, policy, self.reference, self.cfg)  # type: ignore[arg-type]
         else:

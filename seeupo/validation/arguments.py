@@ -63,6 +63,7 @@ seed_int = _flag_type("seed", _int_in(0, 2**63 - 1))
 probability = _flag_type("probability", _float_in(0.0, 1.0))
 nonnegative_float = _flag_type("nonnegative_float", _float_in(0.0, math.inf))
 positive_float = _flag_type("positive_float", _float_in(0.0, math.inf, open_low=True))
+open_unit_float = _flag_type("open_unit_float", _float_in(0.0, 1.0, open_low=True))
 
 
 def int_range(low: int, high: int) -> Any:

@@ -168,6 +168,8 @@ def test_valid_edge_values_accepted():
     AlgorithmConfig(clip_eps_low=0.99, clip_eps_high=5.0)
     AlgorithmConfig(order="custom", custom_order=(0,))
     AlgorithmConfig(dual_clip=3.0, kl_coef=0.0, grae_clamp=5.0, m_clip=(0.5, 2.0), gae_gamma=0.0, gae_lambda=0.0)
+    AlgorithmConfig(correction_floor=1.0, correction_cap=1.0, m2_tau=0.0)
+    AlgorithmConfig(correction="sequence_is", correction_cap=float("inf"))  # uncapped: the unbiased weight
 
 
 # Values that are invalid on their face but that AlgorithmConfig currently accepts (reported as suspected
@@ -184,6 +186,10 @@ def test_valid_edge_values_accepted():
         (dict(gae_lambda=-0.1), "gae_lambda"),
         (dict(grae_clamp=-1.0), "grae_clamp"),
         (dict(order="custom", custom_order=(0, 0, 1)), "custom_order"),
+        (dict(correction_floor=0.0), "correction_floor"),  # a mask's log(floor) would be -inf
+        (dict(correction_floor=1.5), "correction_floor"),
+        (dict(correction_cap=0.9), "correction_cap"),
+        (dict(m2_tau=-0.01), "m2_tau"),
     ],
     ids=lambda v: "-".join(f"{k}={v[k]}" for k in v) if isinstance(v, dict) else None,
 )

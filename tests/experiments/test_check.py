@@ -110,6 +110,22 @@ def test_a_zero_estimator_gets_no_learning_signal_in_verify_and_check(tmp_path):
     assert "converges" not in text.split("## Verdict")[1].split("## Searches")[0]
 
 
+@pytest.mark.slow
+def test_a_check_off_policy_says_so_and_runs_its_cells_searches_and_field_replays_that_way(tmp_path):
+    done = seeupo("check", "rloo", "--quick", "--no-bridge", "--no-progress", "--max-examples", "2", "--staleness", "1",
+                  "--top-p", "0.8", "--out", "out", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads((tmp_path / "out/check.json").read_text())
+    assert report["budget"]["verify"]["rollouts"] == {"staleness": 1, "sampler": {"temperature": 1.0, "top_k": 0,
+                                                                                   "top_p": 0.8, "noise": 0.0, "seed": 0}}
+    text = (tmp_path / "out/check.md").read_text()
+    assert "**Rows off policy**: rows 1 update stale; engine: top-p 0.8, in the field replays, the verify cells" in text
+    assert "| — |" in text and "no claim" in text  # the paper's claims are on policy: none is read
+    assert all(not e.get("found") or e.get("reproduces") for e in report["searches"])
+    with_bad = seeupo("check", "rloo", "--quick", "--top-k", "-1", "--out", "bad", cwd=tmp_path)
+    assert with_bad.returncode == 2 and with_bad.stderr.count("\n") == 1 and not (tmp_path / "bad").exists()
+
+
 def test_verify_with_an_algorithms_counterexamples_never_says_converges(tmp_path):
     # the committed DAPO counterexample lowers J in one exact single-turn update (independent parameters)
     done = seeupo("verify", "--quick", "--algorithms", "dapo", "--plugin", str(ROOT / "examples/algorithms/dapo.py"),

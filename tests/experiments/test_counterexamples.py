@@ -367,6 +367,35 @@ def test_agentic_searches_record_their_family_and_verify_reads_it(tmp_path):
     assert case_setting(dataclasses.replace(again, search={})) == "MT"
 
 
+def test_searches_off_policy_draw_their_cases_rows_as_the_rollouts_say_and_replay_them(tmp_path):
+    """algorithm_searches(name, rollouts): every case's run has the staleness and the sampler, and a stale case runs one
+    more iteration (its last update reads the first policy's rows); the saved case records them, consult files it
+    under its rollouts, and the field's instances take them for another algorithm's run."""
+    from seeupo.experiments.counterexamples import field_counterexamples, search
+    from seeupo.experiments.searches import algorithm_searches
+    from seeupo.experiments.verify import consult_counterexamples
+    from seeupo.tabular.behaviour import Rollouts, Sampler
+
+    rollouts = Rollouts(1, Sampler(temperature=0.8, top_k=1))
+    spec = algorithm_searches("grpo", rollouts)[0]
+    cases = []
+    result = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=3,
+                    condition=lambda case: cases.append(case) or False)
+    assert result.examples == 3 and len(cases) == 3
+    assert all(c.run.staleness == 1 and c.run.sampler == rollouts.sampler and c.iterations == 2 for c in cases)
+    found = search(spec.cases(), claim=spec.claim, description=spec.description, max_examples=1,
+                   condition=lambda case: True).found
+    found.save(tmp_path / "stale.json")
+    again = Counterexample.load(tmp_path / "stale.json")
+    assert again.run.staleness == 1 and again.run.sampler == rollouts.sampler and replay(again).reproduces
+    (consulted,) = consult_counterexamples(["grpo"], [str(tmp_path)])
+    assert consulted["rollouts"] == rollouts.words()
+    _, instance = field_counterexamples()[0]
+    case = instance.case(found.algorithm, "sgd", 0.5, 1, rollouts)
+    assert case.run.staleness == 1 and case.run.sampler == rollouts.sampler and case.iterations == instance.iterations + 1
+    assert instance.case(found.algorithm, "sgd", 0.5).run.sampler is None
+
+
 def test_a_stop_wrapped_by_hypothesis_still_stops_the_search_with_its_case(monkeypatch):
     """Hypothesis replays the case it found once more at the end; a stop of ours raised inside that replay (shrinking's
     evaluations spent) comes back as a FlakyFailure (an exception group). Seen in a --quick check of a plugin: a

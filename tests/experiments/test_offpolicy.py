@@ -46,6 +46,14 @@ def test_the_admission_table_shows_that_dropping_long_episodes_biases_the_update
         dropped = row[(problem, "only 1-turn episodes, fresh", "sequence_is, no cap")]
         assert dropped["verdict"] in ("biased but uphill", "points downhill") and dropped["mean_turns"] == 1.0
     assert "| stop or continue, 2 turns | every episode, fresh |" in admission_markdown(table)
+    # GRPO's groups, admitted whole: all admitted and fresh is its own fresh step; keeping only groups of stoppers
+    # (equal returns: zero advantage) leaves no step at all
+    group = {(r["problem"], r["admission"], r["correction"]): r for r in table["grpo_rows"]}
+    fresh = group[("stop or continue, 2 turns", "every episode, fresh", "none")]["worst_cosine_fresh"]
+    assert fresh["zero"] == 0 and fresh["cosine"] > 1 - 1e-9
+    stoppers = group[("stop or continue, 2 turns", "only 1-turn episodes, fresh", "none")]
+    assert stoppers["worst_cosine_fresh"] == {"cosine": None, "zero": 1, "of": 1} and stoppers["mean_turns"] == 1.0
+    assert "## GRPO: groups of 3 admitted whole" in admission_markdown(table) and "zero step" in admission_markdown(table)
 
 
 def test_the_report_command_refuses_a_bad_count_and_keeps_an_earlier_report(tmp_path, capsys):

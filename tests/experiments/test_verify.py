@@ -108,6 +108,47 @@ def test_table1_counts_the_saved_gspo_counterexample(tmp_path):
     assert bare["agreement"] != "disagrees" or bare["random"] != "converges"
 
 
+def test_rows_off_policy_read_no_paper_claim_and_replay_no_on_policy_counterexample():
+    """With a stale or truncating engine the cell runs its rows as the setting says (its J differs from on policy);
+    the paper's claims and its searches' counterexamples are on policy, so the entry reads none of them."""
+    import dataclasses
+
+    from seeupo.tabular.behaviour import Rollouts, Sampler
+
+    on = VerifyConfig(**{**QUICK.__dict__, "instances": 2, "iterations": 3, "workers": 1,
+                         "counterexample_dir": "paper_repro/counterexamples"})
+    off = dataclasses.replace(on, rollouts=Rollouts(1, Sampler(top_p=0.7)))
+    gspo = next(r for r in table1_rows(on.exact_epochs) if r.name == "gspo")
+    cell_on, cell_off = run_cell(gspo, "ST", "exact", "independent", on), run_cell(gspo, "ST", "exact", "independent", off)
+    assert (cell_on.max_final_gap, cell_on.mean_final_gap) != (cell_off.max_final_gap, cell_off.mean_final_gap)
+    entry = table1_entry(gspo, "ST", cell_off, off)
+    assert entry["paper"] == "—" and entry["agreement"] == "no claim" and entry["counterexamples"] == []
+    assert table1_entry(gspo, "ST", cell_on, on)["agreement"] == "disagrees"  # on policy: the saved case counts
+
+
+def test_a_counterexample_marks_only_the_cells_of_its_own_rollouts():
+    import dataclasses
+
+    from seeupo.experiments.verify import apply_counterexamples
+    from seeupo.tabular.behaviour import Rollouts
+
+    def report(rollouts):
+        return {"config": {"rollouts": dataclasses.asdict(rollouts)}, "table1": [],
+                "cells": [{"row": "grpo", "setting": "ST", "parameterization": "independent", "mode": "exact",
+                           "verdict": "converges"}]}
+
+    example = {"file": "a.json", "search": "a", "algorithm": "grpo", "setting": "ST", "parameterization": "independent",
+               "mode": "exact", "rollouts": "on policy", "decreases": True, "reproduces": True, "J": [0.5, 0.4],
+               "largest_decrease": 0.1}
+    on, off = report(Rollouts()), report(Rollouts(1))
+    apply_counterexamples(on, [example])
+    apply_counterexamples(off, [example])
+    assert on["cells"][0]["verdict"] == "J decreased" and off["cells"][0]["verdict"] == "converges"
+    stale = example | {"file": "b.json", "rollouts": Rollouts(1).words()}
+    apply_counterexamples(off, [stale])
+    assert off["cells"][0]["verdict"] == "J decreased"
+
+
 @pytest.mark.slow
 def test_quick_verify_report_and_markdown():
     cfg = VerifyConfig(**{**QUICK.__dict__, "instances": 2, "iterations": 2, "workers": 1})

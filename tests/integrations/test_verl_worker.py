@@ -100,6 +100,7 @@ def test_the_recipe_is_accepted_and_carries_the_papers_settings():
     ("actor_rollout_ref.actor.loss_agg_mode=token-mean", "contradicts seeupo.algorithm aggregation='seq_mean_token_mean'"),
     ("actor_rollout_ref.actor.kl_loss_coef=0.01", "contradict seeupo.algorithm kl_coef=0.002"),
     ("actor_rollout_ref.actor.kl_loss_type=kl", "kl_loss_type='kl' contradicts seeupo.algorithm kl_estimator='k3'"),
+    ("actor_rollout_ref.actor.entropy_coeff=0.01", "entropy_coeff=0.01 contradicts seeupo.algorithm entropy_coef=0.0"),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=16", "must equal data.train_batch_size=32"),
     ("actor_rollout_ref.rollout.multi_turn.enable=false", "multi_turn.enable is false"),
     ("seeupo.algorithm.preset=nope", "seeupo.algorithm.preset"),

@@ -40,7 +40,7 @@ def test_yaml_file_with_overrides_and_round_trip(tmp_path):
     (["parallel.mixed_precision=fp8"], "field 'config.parallel.mixed_precision': unknown value 'fp8'"),
     (["optim.micro_batch_tokens=0"], "field 'config.optim.micro_batch_tokens': must be in [1,"),
     (["optim.scoring=tree"], "field 'config.optim.scoring': unknown value 'tree'"),
-    (["algorithm.entropy_coef=0.01"], "field 'config.algorithm.entropy_coef': an entropy bonus needs each token's"),
+    (["algorithm.entropy_coef=-0.01"], "field 'config.algorithm.entropy_coef': must be in [0,"),
     (["algorithm.correction=tis"], "field 'config.algorithm.correction'"),
     (["algorithm.kl_placement=prior"], "field 'config.algorithm.kl_placement': unknown value 'prior'"),
 ])

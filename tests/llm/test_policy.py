@@ -81,6 +81,50 @@ def test_token_logps_match_unpadded_forward(tiny32, tiny64, lm_batch, dtype_name
         assert torch.all(got[i, len(r) :] == 0)
 
 
+def _independent_entropies(model, context, response, tau):
+    """Per row, unpadded: the entropy of softmax(logits / tau) at each response position, from the model's logits."""
+    ids = torch.tensor([context + response])
+    logp = torch.log_softmax(model(input_ids=ids).logits[0] / tau, dim=-1)
+    return torch.stack([-(logp[len(context) + j - 1].exp() * logp[len(context) + j - 1]).sum()
+                        for j in range(len(response))])
+
+
+@pytest.mark.parametrize("scoring", ["prefix_shared", "per_row"])
+def test_token_entropies_match_unpadded_forward_with_their_gradients(tiny64, lm_batch, scoring):
+    """token_logps_and_entropies: the log-probabilities of token_logps and each response position's entropy, from the
+    same passes, equal to a per-row forward of the model's own logits; so is the gradient of the summed entropies."""
+    model, tokenizer = tiny64
+    contexts, responses = _rows(tokenizer)
+    batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
+    policy = CausalLMPolicy(model, temperature=0.7, micro_batch_rows=3, scoring=scoring)
+    logp, entropy = policy.token_logps_and_entropies(batch)
+    torch.testing.assert_close(logp.detach(), policy.token_logps(batch).detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(policy.token_entropies(batch).detach(), entropy.detach(), rtol=0, atol=1e-12)
+    params = [p for p in model.parameters() if p.requires_grad]
+    got = torch.autograd.grad(entropy.sum(), params, allow_unused=True)
+    want_total = 0.0
+    for i, (c, r) in enumerate(zip(contexts, responses)):
+        want = _independent_entropies(model, c, r, 0.7)
+        torch.testing.assert_close(entropy[i, : len(r)].detach(), want.detach(), rtol=0, atol=1e-10)
+        assert torch.all(entropy[i, len(r):] == 0)
+        want_total = want_total + want.sum()
+    want_grads = torch.autograd.grad(want_total, params, allow_unused=True)
+    for g, w in zip(got, want_grads):
+        if w is None:
+            assert g is None or bool((g == 0).all())
+        else:
+            torch.testing.assert_close(g, w, rtol=0, atol=1e-10)
+
+
+def test_token_entropies_by_hand_from_the_model_s_own_logits(lm_batch):
+    """A model without a separate head: after token 0 the next token has probabilities (1, 2, 3) / 6."""
+    table = torch.log(torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 2.0], [1.0, 1.0, 1.0]], dtype=torch.float64))
+    policy = CausalLMPolicy(BigramLM(table), temperature=1.0)
+    _, entropy = policy.token_logps_and_entropies(lm_batch([[0]], [[2, 1]]))
+    h0 = -sum(p * math.log(p) for p in (1 / 6, 2 / 6, 3 / 6))
+    assert entropy[0, 0].item() == pytest.approx(h0, abs=1e-12) and entropy[0, 1].item() == pytest.approx(math.log(3), abs=1e-12)
+
+
 def test_padding_and_micro_batching_do_not_change_a_row(tiny64, lm_batch):
     model, tokenizer = tiny64
     contexts, responses = _rows(tokenizer)
@@ -204,3 +248,27 @@ def test_bfloat16_model_scores_in_float32(tiny32, lm_batch):
     assert (got - want).abs().max() < 0.1
     critic = ValueModel.from_causal_lm(half)
     assert critic.values(batch).dtype == torch.bfloat16
+
+
+def test_an_entropy_bonus_alone_raises_the_language_model_s_entropy(tiny64, lm_batch):
+    """policy_update with zero advantages and entropy_coef > 0 on the tiny Qwen3: the step follows the entropy's
+    gradient (one forward per pass gives both the log-probabilities and the entropies), the entropy rises, and the
+    update records the aggregated entropy (actor/entropy)."""
+    from seeupo.core.config import preset
+    from seeupo.core.update import UpdateSettings, policy_update
+    from seeupo.llm.metrics import update_metrics
+
+    model, tokenizer = copy.deepcopy(tiny64[0]), tiny64[1]
+    contexts, responses = _rows(tokenizer)
+    batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
+    policy = CausalLMPolicy(model, micro_batch_rows=2)
+    before = policy.token_entropies(batch).detach()
+    batch = batch.with_updates(logp_old=policy.token_logps(batch).detach())
+    cfg = preset("grpo", entropy_coef=0.1)
+    stats = policy_update(policy, torch.optim.SGD(model.parameters(), lr=1.0), batch,
+                          torch.zeros(batch.token_mask.shape, dtype=torch.float64), cfg, UpdateSettings())
+    after = policy.token_entropies(batch).detach()
+    real = batch.token_mask
+    assert float(after[real].mean()) > float(before[real].mean()) + 1e-4
+    assert len(stats.entropy) == stats.steps == 1 and stats.entropy[0] == pytest.approx(float(before[real].mean()), rel=1e-6)
+    assert "actor/entropy" in update_metrics(batch, stats, torch.zeros(0), lr=1.0, prep_s=0.0, update_s=0.0)

@@ -159,3 +159,37 @@ def test_a_stale_stream_draws_each_episode_from_the_policy_its_length_ago():
     # 0.8 * 0.9 and continue-b 0.8 * 0.1 (older), renormalised over 1.3
     first = batch.weight[batch.turn == 0]
     assert sorted(first.tolist()) == pytest.approx(sorted([0.25 / 1.3, 0.25 / 1.3, 0.72 / 1.3, 0.08 / 1.3]))
+
+
+def test_a_group_estimator_s_groups_are_admitted_whole_and_as_old_as_their_longest_episode():
+    """GRPO (G = 2, its group statistics enumerated) on stop_or_continue(1/5, 3/10, (1/2, 0)). All admitted and fresh:
+    the expected step of the on-policy update. Groups of 1-turn episodes only (max_age 1): both stop, the same reward,
+    advantage 0: the update is zero, though the on-policy one is not (the stale-group rule keeps only what it cannot
+    learn from here). Stale (past = [older, current]): a group with a 2-turn episode is drawn by the older policy, a
+    group of two stops by the current; weights by hand (classes stop 1/2, a 1/4, b 1/4 now; 0.2, 0.72, 0.08 before)."""
+    from seeupo.tabular.behaviour import admitted_batch, admitted_direction
+    from seeupo.tabular.problems import stop_or_continue
+
+    problem = stop_or_continue(0.2, 0.3, (0.5, 0.0))
+    policy, older = TabularPolicy(problem), TabularPolicy(problem)
+    older.set_action_probs([torch.tensor([[[0.2, 0.8]]], dtype=DT), torch.tensor([[[0.5, 0.5], [0.9, 0.1]]], dtype=DT)])
+    cfg = preset("grpo", group_size=2)
+    every = admitted_direction(problem, policy, cfg, None, max_age=2)
+    on_policy = update_direction(problem, policy, cfg)[0]
+    assert float(torch.cat(on_policy, 1).abs().max()) > 1e-3
+    for a, b in zip(every, on_policy):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    short = admitted_direction(problem, policy, cfg, None, max_age=1)
+    assert all(float(t.abs().max()) == 0.0 for t in short)
+
+    batch, _ = admitted_batch(problem, policy, cfg, [older, policy], max_age=2)
+    stop_leaf = [0.25 * 0.5, 0.1 * 0.72, 0.1 * 0.08]  # with a stop (now), with a (before), with b (before)
+    want = sorted(stop_leaf * 2 + [0.72 * 0.2, 0.72 * 0.72, 0.72 * 0.08, 0.08 * 0.2, 0.08 * 0.72, 0.08 * 0.08])
+    first = batch.weight[batch.turn == 0]
+    assert sorted(first.tolist()) == pytest.approx([w / 1.21 for w in want])
+    turns = torch.zeros(batch.num_trajectories, dtype=torch.long).index_add_(0, batch.traj_id, batch.valid.long())
+    fresh_rows = (turns[batch.traj_id] == 1) & torch.isclose(batch.weight, torch.tensor(0.125 / 1.21, dtype=DT))
+    assert bool(fresh_rows.any())
+    torch.testing.assert_close(batch.logp_behaviour[fresh_rows], batch.logp_old[fresh_rows])
+    long_rows = turns[batch.traj_id] == 2
+    torch.testing.assert_close(batch.logp_behaviour[long_rows], older.token_logps(batch)[long_rows] * batch.token_mask[long_rows])

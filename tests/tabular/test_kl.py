@@ -85,3 +85,21 @@ def test_an_action_the_policy_cannot_play_has_no_penalty():
     policy.set_action_probs([torch.tensor([[[1.0, 0.0, 0.0, 0.0]]], dtype=DT)])  # 1e-300 floors the others
     penalty = turn_penalties(problem, policy, reference, "k3")[0][0, 0]
     assert penalty[1] == 0.0 and bool(torch.isfinite(penalty).all()) and float(penalty[2]) > 0
+
+
+@pytest.mark.parametrize("estimator, placement, expected", [
+    ("k1", "reward", -REVERSE), ("k2", "loss", -REVERSE), ("k3", "loss", -FORWARD), ("k1", "loss", torch.zeros(2, dtype=DT)),
+])
+def test_the_whole_update_s_first_step_keeps_its_kl_term_against_a_reference(estimator, placement, expected):
+    """update_direction(..., reference=ref) with every reward 0: the first step is the KL term alone, as the update
+    applies it (RLOO's oracle advantage, its aggregation over one-token rows: the expectation itself), beta times the
+    hand values above; without the reference the term is left out (0)."""
+    from seeupo.tabular.gradient import update_direction
+
+    problem, policy, reference = _one_token()
+    problem = sequential_bandit(torch.ones(1, 1), (2,), torch.zeros(1, 1, 2, dtype=DT))
+    cfg = preset("rloo", advantage="oracle", kl_coef=0.5, kl_estimator=estimator, kl_placement=placement)
+    (step,), _ = update_direction(problem, policy, cfg, reference=reference)
+    torch.testing.assert_close(step[0], 0.5 * expected, rtol=0, atol=1e-12)
+    (without,), _ = update_direction(problem, policy, cfg)
+    assert float(without.abs().max()) == 0.0

@@ -178,3 +178,44 @@ def test_a_stale_run_draws_each_update_s_rows_from_the_policy_k_updates_earlier(
     for a, b in zip(stale.action_probs(), by_hand.action_probs()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     assert not all(torch.equal(a, b) for a, b in zip(stale.action_probs(), first.action_probs()))
+
+
+def test_a_sampled_run_draws_each_update_s_rows_through_the_engine_s_sampler():
+    """RunConfig(sampler=...): each update reads rows drawn through the sampler from the policy it updates, exactly
+    as exact_advantages(..., behaviour=behaviour_policy(pi, sampler)) followed by the update; an on-policy sampler
+    (temperature 1, no truncation, no noise) is the plain run."""
+    from seeupo.core.update import UpdateSettings, policy_update
+    from seeupo.tabular.behaviour import Sampler, behaviour_policy
+    from seeupo.tabular.policies import TabularPolicy
+    from seeupo.tabular.rollout import exact_advantages
+    from seeupo.tabular.train import AlgorithmStep, make_optimizer
+
+    problem = random_token_bandit(2, 2, 2, 2, reward_levels=3, generator=torch.Generator().manual_seed(1))
+    cfg = preset("rloo", advantage="oracle", correction="token_is")
+    sampler = Sampler(temperature=0.7, top_p=0.9)
+    run_cfg = RunConfig(mode="exact", optimizer="sgd", lr=5.0, sampler=sampler)
+    gen = torch.Generator().manual_seed(2)
+    start = [torch.softmax(torch.randn(p.shape, generator=gen, dtype=torch.float64), -1)
+             for p in TabularPolicy(problem).action_probs()]
+
+    def at_start() -> TabularPolicy:
+        out = TabularPolicy(problem)
+        out.set_action_probs(start)
+        return out
+
+    policy = at_start()
+    AlgorithmStep(cfg, run_cfg)(problem, policy)
+
+    by_hand = at_start()
+    batch, adv = exact_advantages(problem, by_hand, cfg, behaviour=behaviour_policy(problem, by_hand, sampler))
+    policy_update(by_hand, make_optimizer(by_hand.parameters(), run_cfg), batch, adv, cfg,
+                  UpdateSettings(generator=torch.Generator().manual_seed(0)))
+    for a, b in zip(policy.action_probs(), by_hand.action_probs()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+    plain, through = at_start(), at_start()
+    AlgorithmStep(cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0))(problem, plain)
+    AlgorithmStep(cfg, RunConfig(mode="exact", optimizer="sgd", lr=5.0, sampler=Sampler()))(problem, through)
+    for a, b, c in zip(plain.action_probs(), through.action_probs(), policy.action_probs()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert not torch.allclose(a, c, rtol=0, atol=1e-6)  # the sampler changed the update

@@ -18,12 +18,13 @@ from typing import Any, Callable
 from seeupo.experiments.check.report import FIELD_TOL, Explanation, FieldReplay
 
 def replay_field(name: str, exact_epochs: int, out: Path, say: Callable[[str], None], results: list[FieldReplay],
-                 explain: Callable[[Any, Path, Path], Explanation]) -> None:
+                 explain: Callable[[Any, Path, Path], Explanation], rollouts: Any = None) -> None:
     """Run ``name``'s own exact update on every committed counterexample, appending to ``results`` as each finishes.
 
     ``exact_epochs``: the optimizer steps of a surrogate's update (the verify cells' own);
     ``explain(found, path, out)`` explains a case that lowered ``J`` (the check's
-    :func:`~seeupo.experiments.check.run.explain_case`).
+    :func:`~seeupo.experiments.check.run.explain_case`); ``rollouts``: the rows drawn this way
+    (:class:`~seeupo.tabular.behaviour.Rollouts`; ``None``: as recorded, on policy).
     """
     from seeupo.experiments.counterexamples import case_setting, field_counterexamples, record, replay
     from seeupo.experiments.verify import algorithm_rows
@@ -31,7 +32,7 @@ def replay_field(name: str, exact_epochs: int, out: Path, say: Callable[[str], N
     row = algorithm_rows([name], exact_epochs)[0]
     start = time.perf_counter()
     for file, instance in field_counterexamples():
-        case = instance.case(row.config, row.optimizer, row.lr, row.iterations_factor)
+        case = instance.case(row.config, row.optimizer, row.lr, row.iterations_factor, rollouts)
         found = record(case, "monotone", f"{name}: its own exact update on the field's counterexample {file}",
                        {"field": file} | ({"setting": instance.setting} if instance.setting else {}))
         drop = max((a - b for a, b in zip(found.J, found.J[1:])), default=0.0)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from seeupo.experiments.check.report import INCONCLUSIVE, BridgeResult, CheckReport, CompareReport, Learning, SearchEntry
 from seeupo.experiments.verdicts import refused_label, search_outcome
+from seeupo.tabular.behaviour import Rollouts
 
 #: What ``seeupo check`` writes in its folder (``--overwrite`` moves these aside, never deletes them).
 OUTPUTS = ("check.json", "check.md", "check.png", "gradient", "counterexamples", "bridge", "algorithms")
@@ -104,6 +105,11 @@ def markdown(report: CheckReport) -> str:
              f"Advantage: {row['advantage']}; update: {row['update']}; level: {row['level']}.", ""]
     if report.plugins:
         lines += ["Plugins: " + ", ".join(f"`{p}`" for p in report.plugins), ""]
+    rollouts = Rollouts.from_dict(report.budget.get("verify", {}).get("rollouts"))
+    if not rollouts.on_policy:
+        lines += [f"**Rows off policy**: {rollouts.words()}, in the field replays, the verify cells and the searches "
+                  f"(rollout correction: `{report.config.get('correction', 'none')}`); the gradient part and the bridge "
+                  "are measured on policy.", ""]
     if report.partial:
         lines += [f"**Partial report**: the check was stopped ({report.partial}) before it finished; below is what "
                   "finished, with every counterexample found so far.", ""]

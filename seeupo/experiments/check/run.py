@@ -180,7 +180,7 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             t = time.perf_counter()
             if exact:
                 say(f"[1/5] field: the field's committed counterexamples with {name}'s own update")
-                replay_field(name, budget.verify.exact_epochs, out, say, field, explain_case)
+                replay_field(name, budget.verify.exact_epochs, out, say, field, explain_case, budget.verify.rollouts)
             else:
                 say(f"[1/5] field: skipped ({no_exact})")
             times["field"] = time.perf_counter() - t
@@ -328,7 +328,7 @@ def run_searches(name: str, budget: CheckBudget, out: Path, seed: int, say: Call
     from seeupo.experiments.counterexamples import case_setting, replay, search
     from seeupo.experiments.searches import algorithm_searches
 
-    specs = algorithm_searches(name)
+    specs = algorithm_searches(name, budget.verify.rollouts)
     for spec in specs:
         watch.raise_if_signalled()
         start = time.perf_counter()

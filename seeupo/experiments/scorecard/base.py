@@ -13,6 +13,7 @@ import torch
 
 from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.scorecard.rules import Score
+from seeupo.tabular.behaviour import Rollouts
 from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 
 #: The order that seeds each capability's problems (:func:`_generator`): a capability added later goes at the end,
@@ -20,7 +21,7 @@ from seeupo.tabular.problems import DTYPE, TreeMDP, sequential_bandit
 SEED_ORDER = ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters",
               "multi_turn_convergence", "agentic_credit", "reward_invariance", "zero_variance_groups", "lm_bridge",
               "convergence_speed", "sampled_update_safety", "sampled_update_signal", "length_weighting",
-              "difficulty_weighting")
+              "difficulty_weighting", "off_policy_robustness", "kl_gradient", "pass_at_k_retention")
 
 @dataclass(frozen=True)
 class Sizes:
@@ -86,8 +87,10 @@ class Measured:
 @dataclass(frozen=True)
 class Context:
     """What a capability is measured with: the algorithm (its row of ``seeupo verify``: the
-    configuration and the exact mode's optimizer and step), the sizes, where evidence goes, and the
-    plugins that registered it (recorded in evidence files)."""
+    configuration and the exact mode's optimizer and step), the sizes, where evidence goes, the
+    plugins that registered it (recorded in evidence files), and where the rows of the runs of the
+    algorithm's own updates come from (``rollouts``: on policy unless ``seeupo scorecard --staleness`` and the
+    engine's flags say otherwise; the capabilities that read it have ``Capability.reads_rollouts``)."""
 
     name: str
     config: AlgorithmConfig
@@ -98,6 +101,7 @@ class Context:
     out: Path | None
     plugins: tuple[str, ...] = ()
     say: Callable[[str], None] = lambda message: None
+    rollouts: Rollouts = Rollouts()
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,9 @@ class Capability:
     """A capability experiment: its name, title (and ``short``, a table's column), tags, the question in words,
     the rule, whether it is exact, the measurement, whether it runs the exact mode's optimizer (``protocol``: its
     score depends on the step size, so the protocol sweep measures it again), and the hand-made algorithm that must
-    fail it (``fails``: tests/experiments/scorecard/hand_algorithms.py)."""
+    fail it (``fails``: tests/experiments/scorecard/hand_algorithms.py); ``reads_rollouts``: its runs of the
+    algorithm's own updates draw their rows as ``Context.rollouts`` says (the others measure expected steps on
+    policy)."""
 
     name: str
     title: str
@@ -117,6 +123,7 @@ class Capability:
     measure: Callable[[Context], Measured]
     protocol: bool = False
     fails: str = ""
+    reads_rollouts: bool = False
 
 
 # ------------------------------------------------------------------------------------------ problems

@@ -32,7 +32,8 @@ capability                  the problems (exact unless said; 2-token actions of 
 ==========================  =============================================================  ===========================
 
 The convergence capabilities (the algorithm's own updates to ``J*``, and how fast) and those of one
-sampled update (every group draw enumerated) are in :mod:`seeupo.experiments.scorecard.sampled`.
+sampled update (every group draw enumerated) are in :mod:`seeupo.experiments.scorecard.sampled`; those of stale
+rollouts, the KL term's gradient and pass@k in :mod:`seeupo.experiments.scorecard.open_questions`.
 
 "The field's counterexamples" are the committed instances where a search found some algorithm's
 exact update lowering ``J`` (``paper_repro/counterexamples``, ``paper_repro/algorithms/*/counterexamples``):
@@ -57,7 +58,7 @@ import torch
 from seeupo.core.config import AlgorithmConfig
 from seeupo.experiments.counterexamples import field_counterexamples
 from seeupo.experiments.gradient_check import policy_at, random_starts, save_case
-from seeupo.experiments.scorecard import rules, sampled
+from seeupo.experiments.scorecard import open_questions, rules, sampled
 from seeupo.experiments.scorecard.base import (  # noqa: F401 (QUICK re-exported: what a capability is built from)
     QUICK,
     Capability,
@@ -125,7 +126,7 @@ def _part_run(ctx: Context, part: Part) -> tuple[AlgorithmConfig, Any, int, Any]
     iterations = (part.iterations or ctx.sizes.iterations) * ctx.iterations_factor
     run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
                         parameterization=part.parameterization, init_scale=part.init_scale,  # type: ignore[arg-type]
-                        feature_dim=part.feature_dim, seed=ctx.sizes.seed)
+                        feature_dim=part.feature_dim, seed=ctx.sizes.seed, **ctx.rollouts.run_fields())  # type: ignore[arg-type]
     policy = initial_policy(part.problem, run_cfg)
     if part.state is not None:
         policy.load_state_dict(part.state)
@@ -492,27 +493,27 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("single_turn_monotone", "Single-turn monotone improvement", "1-turn monotone",
                ("monotonicity", "single-turn"), "Does an exact update ever lower J on one turn?",
                MONOTONE_RULE, True, single_turn_monotone, True,
-               "anti_pg (minus the exact policy gradient): 0; frozen_pg (never moves): 0"),
+               "anti_pg (minus the exact policy gradient): 0; frozen_pg (never moves): 0", reads_rollouts=True),
     Capability("multi_turn_monotone", "Multi-turn monotone improvement", "multi-turn monotone",
                ("monotonicity", "multi-turn", "agentic"),
                "Does an exact update ever lower J over several turns, where the agent stops when it chooses?",
-               MONOTONE_RULE, True, multi_turn_monotone, True, "anti_pg: 0"),
+               MONOTONE_RULE, True, multi_turn_monotone, True, "anti_pg: 0", reads_rollouts=True),
     Capability("stochastic_outcomes", "Stochastic outcomes", "stochastic outcomes", ("monotonicity", "stochastic"),
                "Does an exact update lower J when observations and episode ends are random?",
-               MONOTONE_RULE, True, stochastic_outcomes, True, "anti_pg: 0"),
+               MONOTONE_RULE, True, stochastic_outcomes, True, "anti_pg: 0", reads_rollouts=True),
     Capability("shared_parameters", "Parameters shared across turns", "shared parameters",
                ("monotonicity", "shared", "multi-turn"),
                "Does an exact update lower J when every turn reads one parameter table (as a language model's)?",
-               MONOTONE_RULE, True, shared_parameters, True, "anti_pg: 0"),
+               MONOTONE_RULE, True, shared_parameters, True, "anti_pg: 0", reads_rollouts=True),
     Capability("multi_turn_convergence", "Multi-turn convergence to J*", "reaches J*",
                ("convergence", "multi-turn", "agentic"),
                "Where do the algorithm's own exact updates (its schedule, optimizer and epochs) lead: to J*, or short?",
                "mean over problems of the share of the gap to J* closed after its updates (1 when within 1% of J*)",
-               True, sampled.multi_turn_convergence, True, "anti_pg: 0"),
+               True, sampled.multi_turn_convergence, True, "anti_pg: 0", reads_rollouts=True),
     Capability("convergence_speed", "Updates to J*", "speed to J*", ("convergence", "multi-turn", "graded"),
                "How many of its own exact updates does the algorithm take to come within 1% of J*?",
                "mean over problems of 1 - k / K, k the first update within 1% of J* (0 when it never is), K the updates",
-               True, sampled.convergence_speed, True, "anti_pg: 0"),
+               True, sampled.convergence_speed, True, "anti_pg: 0", reads_rollouts=True),
     Capability("agentic_credit", "Per-turn credit on agentic problems", "per-turn credit",
                ("gradient", "agentic", "credit"),
                "Does every turn's expected first step (the whole update: loss, aggregation, M factor, schedule) point "
@@ -554,6 +555,29 @@ CAPABILITIES: tuple[Capability, ...] = (
                COSINE_RULE,
                True, length_weighting, False,
                "anti_pg: 0; length_mean_pg (the exact advantage, each answer's tokens averaged): < 1"),
+    Capability("off_policy_robustness", "Stale and mismatched rollouts", "stale rollouts",
+               ("off policy", "robustness", "graded"),
+               "When the rows come from a policy one update stale, or through an engine that samples them otherwise, "
+               "does the whole update (its rollout correction included) keep the step it takes on policy?",
+               "mean over cases of the cosine between the whole update's expected first step on rows from the behaviour "
+               "policy and on rows from the policy itself, floored at 0",
+               True, open_questions.off_policy_robustness, False,
+               "exact_pg (no correction): < 1; exact_pg_sequence_is (the uncapped trajectory weight): 1"),
+    Capability("kl_gradient", "KL term down grad KL(pi || ref)", "KL gradient", ("KL", "regularisation", "graded"),
+               "Does the algorithm's KL term, as it places, estimates and aggregates it, pull the policy down the "
+               "gradient of KL(pi || ref) over whole trajectories (the regularised objective J - beta KL)?",
+               "mean over cases of the cosine between the whole update's expected first step where every reward is 0 "
+               "and -grad KL(pi || ref), floored at 0; no score without a KL term",
+               True, open_questions.kl_gradient, False,
+               "k1_loss_pg (k1 in the loss: expected gradient 0): 0; k1_reward_pg: 1"),
+    Capability("pass_at_k_retention", "pass@64 kept while pass@1 rises", "pass@k kept",
+               ("diversity", "pass@k", "shared", "graded"),
+               "With prompts sharing parameters, does the algorithm raise pass@1 without making some prompt's right "
+               "answers unreachable (pass@64 falling)?",
+               "mean over runs whose pass@1 rose of pass@64 after the algorithm's own exact updates (1 at the start); "
+               "no score when none rose",
+               True, open_questions.pass_at_k_retention, True,
+               "sharpened_pg (the exact advantage plus 10 log pi: also down the entropy): < 0.6", reads_rollouts=True),
     Capability("lm_bridge", "Language-model bridge", "LM bridge", ("language model", "sampled"),
                "Does the algorithm's code, run on a tiny language model, raise its exact J?",
                "mean over seeds of the share of the gap to J* closed (clipped to [0, 1]), with a t interval over seeds",

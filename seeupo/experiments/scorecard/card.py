@@ -21,6 +21,7 @@ from seeupo.experiments.scorecard.base import sweep_points
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Capability, Context, Measured, Sizes
 from seeupo.experiments.scorecard.catalogue import entry as catalogue_entry
 from seeupo.experiments.scorecard.rules import Score, no_evidence
+from seeupo.tabular.behaviour import Rollouts
 
 FORMAT = "seeupo-scorecard/1"
 #: What a card writes in its folder (``--overwrite`` moves these aside, never deletes them).
@@ -41,6 +42,7 @@ class Card:
     seconds: float = 0.0
     stopped_by: str | None = None  # the signal that stopped a partial card (SIGINT, SIGTERM); not written
     sweep: dict[str, dict[str, float | None]] = field(default_factory=dict)  # capability -> {sweep point: score}
+    rollouts: Rollouts = Rollouts()  # where the rows of its runs came from (on policy unless a flag said otherwise)
 
     def score(self, capability: str) -> float | None:
         m = self.measured.get(capability)
@@ -56,9 +58,11 @@ class Card:
             else:
                 entry["not_measured"] = self.skipped.get(cap.name, "not reached (the card was stopped first)")
             caps[cap.name] = entry
-        return {"format": FORMAT, "algorithm": self.algorithm, "config": self.config, "plugins": self.plugins,
-                "sizes": dataclasses.asdict(self.sizes), "capabilities": caps, "partial": self.partial,
-                "seconds": self.seconds, "sweep": self.sweep}
+        out = {"format": FORMAT, "algorithm": self.algorithm, "config": self.config, "plugins": self.plugins,
+               "sizes": dataclasses.asdict(self.sizes), "capabilities": caps, "partial": self.partial,
+               "seconds": self.seconds, "sweep": self.sweep}
+        # an on-policy card (every committed one) is written as before there was a setting
+        return out if self.rollouts.on_policy else out | {"rollouts": dataclasses.asdict(self.rollouts)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Card":
@@ -73,20 +77,22 @@ class Card:
             score = Score(s["value"], s["cases"], s["passed"], tuple(s["interval"]) if s["interval"] else None, s["reason"])
             measured[name] = Measured(score, entry["covered"], entry["worst"], list(entry["evidence"]), entry["seconds"])
         return cls(data["algorithm"], data["config"], list(data["plugins"]), sizes, measured, skipped,
-                   bool(data["partial"]), float(data["seconds"]), sweep=dict(data.get("sweep", {})))
+                   bool(data["partial"]), float(data["seconds"]), sweep=dict(data.get("sweep", {})),
+                   rollouts=Rollouts.from_dict(data.get("rollouts")))
 
 
 def context(name: str, sizes: Sizes, out: Path | None, plugins: tuple[str, ...] = (),
-            say: Callable[[str], None] = lambda m: None) -> Context:
+            say: Callable[[str], None] = lambda m: None, rollouts: Rollouts = Rollouts()) -> Context:
     """What the capabilities measure ``name`` with: its exact-mode row of ``seeupo verify`` (optimizer,
     step size, iterations per update), so that every algorithm takes the update ``verify`` gives it, with a
-    catalogue algorithm's published settings on top (its KL term: :attr:`~seeupo.experiments.scorecard.catalogue.Entry.published`)."""
+    catalogue algorithm's published settings on top (its KL term: :attr:`~seeupo.experiments.scorecard.catalogue.Entry.published`);
+    ``rollouts``: where the rows of its runs come from."""
     from seeupo.experiments.verify import algorithm_rows
 
     row = algorithm_rows([name], sizes.exact_epochs)[0]
     published = catalogue_entry(name)
     config = row.config.replace(**dict(published.published)) if published is not None else row.config
-    return Context(name, config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say)
+    return Context(name, config, row.optimizer, row.lr, row.iterations_factor, sizes, out, plugins, say, rollouts)
 
 
 def exact_refusal(ctx: Context) -> str | None:
@@ -97,19 +103,21 @@ def exact_refusal(ctx: Context) -> str | None:
 
 
 def score_card(name: str, sizes: Sizes, out: Path | None, *, plugins: tuple[str, ...] = (), bridge: bool = True,
-               only: Sequence[str] | None = None, say: Callable[[str], None] = print) -> Card:
+               only: Sequence[str] | None = None, say: Callable[[str], None] = print,
+               rollouts: Rollouts = Rollouts()) -> Card:
     """Measure every capability of ``name`` (``only``: these) and return its card.
 
     A capability that cannot run says why instead of a score (``Card.skipped``): the bridge with
     ``bridge=False``; the exact ones when exact mode refuses the estimator. Ctrl-C stops the card:
     the finished capabilities are kept and the card is marked partial (so does SIGTERM;
-    ``Card.stopped_by`` names the signal).
+    ``Card.stopped_by`` names the signal). ``rollouts``: the capabilities that run the algorithm's own updates
+    (``Capability.reads_rollouts``) draw their rows this way; the card records it.
     """
     from seeupo.experiments.check.run import SignalWatch
 
     start = time.perf_counter()
-    ctx = context(name, sizes, out, plugins, say)
-    card = Card(name, ctx.config.to_dict(), list(plugins), sizes, {})
+    ctx = context(name, sizes, out, plugins, say, rollouts)
+    card = Card(name, ctx.config.to_dict(), list(plugins), sizes, {}, rollouts=rollouts)
     refused = exact_refusal(ctx)
     chosen = [c for c in CAPABILITIES if only is None or c.name in only]
     with SignalWatch() as watch, one_thread():  # SIGTERM stops a card as Ctrl-C does
@@ -221,14 +229,14 @@ class Calibration:
 
 
 def calibrate(name: str, sizes: Sizes, *, plugins: tuple[str, ...] = (), only: Sequence[str] | None = None,
-              clock: Callable[[], float] = time.perf_counter) -> Calibration:
+              clock: Callable[[], float] = time.perf_counter, rollouts: Rollouts = Rollouts()) -> Calibration:
     """Time a unit of each exact capability of ``name``'s card on this machine (one update of each problem, a few
     ascent steps, one direction of each problem) after one untimed unit (first calls: imports, caches), on one
     thread as the card runs (:func:`one_thread`)."""
     from seeupo.experiments.scorecard.timing import estimate_seconds, units
 
     start = clock()
-    ctx = context(name, sizes, None, plugins)
+    ctx = context(name, sizes, None, plugins, rollouts=rollouts)
     chosen = [c.name for c in CAPABILITIES if c.exact and (only is None or c.name in only)]
     seconds: dict[str, float] = {}
     with one_thread():
@@ -301,6 +309,11 @@ def markdown(card: Card) -> str:
     if card.plugins:
         lines += ["Plugins: " + ", ".join(f"`{p}`" for p in card.plugins), ""]
     published = catalogue_entry(card.algorithm)
+    if not card.rollouts.on_policy:
+        lines += [f"**Rows off policy**: {card.rollouts.words()} (rollout correction: `{card.config.get('correction', 'none')}`), "
+                  "in the runs of the algorithm's own updates: " + ", ".join(
+                      c.title for c in CAPABILITIES if c.reads_rollouts) + ". The others measure expected steps on "
+                  "policy (the stale-rollouts capability draws from its own fixed engines).", ""]
     if published is not None and published.published:
         lines += ["As published, on top of the preset: " + ", ".join(f"`{k}={v}`" for k, v in published.published)
                   + " (the KL term's reference: the run's start policy).", ""]

@@ -18,18 +18,22 @@ from seeupo.experiments.scorecard.base import sweep_points
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, NAMES, Sizes
 from seeupo.experiments.scorecard.card import Card, radar, score_card, shown, write
 from seeupo.experiments.scorecard.catalogue import CATALOGUE, claim_verdict, entry
+from seeupo.tabular.behaviour import Rollouts
 
 #: The committed field, relative to the working directory or the repository.
 FIELD_DIR = "paper_repro/scorecard"
 #: Wall time of the whole catalogue's field at the default sizes, measured on 2 CPU cores with 2 workers, two short
-#: training runs beside it (2026-11-29: 836 s; 14 capabilities, the sweep at lr x 0.2, x 5 and epochs x 0.25).
-FIELD_MINUTES = 14
+#: training runs beside it (2026-11-29: 836 s; 14 capabilities, the sweep at lr x 0.2, x 5 and epochs x 0.25); with
+#: 17 capabilities, 1247 s with a full test run (5 min) and a verl test run beside it (2026-11-29, issue 42).
+FIELD_MINUTES = 21
 #: What the field writes in its folder (``--overwrite`` moves these aside, never deletes them).
 FIELD_OUTPUTS = ("field.md", "field.json", "field.png", "cards")
 
 
-def committed_card(name: str, sizes: Sizes, field_dir: str | Path = FIELD_DIR) -> Card | None:
-    """``name``'s committed card of the field when it was measured with ``sizes`` and finished, else ``None``."""
+def committed_card(name: str, sizes: Sizes, field_dir: str | Path = FIELD_DIR,
+                   rollouts: Rollouts = Rollouts()) -> Card | None:
+    """``name``'s committed card of the field when it was measured with ``sizes`` and ``rollouts`` and finished, else
+    ``None``."""
     from seeupo.experiments.verdicts import resolve_dir
     from seeupo.validation.files import read_json
 
@@ -37,24 +41,27 @@ def committed_card(name: str, sizes: Sizes, field_dir: str | Path = FIELD_DIR) -
     if not path.is_file():
         return None
     card = Card.from_dict(read_json(path))
-    return card if card.sizes == sizes and not card.partial else None
+    return card if card.sizes == sizes and card.rollouts == rollouts and not card.partial else None
 
 
 def comparison_cards(names: Sequence[str] | None, sizes: Sizes, out: Path, *, exclude: str, plugins: tuple[str, ...] = (),
-                     bridge: bool = True, say: Callable[[str], None] = print) -> list[Card]:
+                     bridge: bool = True, say: Callable[[str], None] = print,
+                     rollouts: Rollouts = Rollouts()) -> list[Card]:
     """The cards drawn beside a new one. ``names=None``: the catalogue's committed cards measured with
-    ``sizes`` (none measured now). Else each named algorithm's committed card where it matches, or
-    its card measured now into ``out/compare/NAME``."""
+    ``sizes`` and ``rollouts`` (none measured now; the committed field is on policy). Else each named algorithm's
+    committed card where it matches, or its card measured now into ``out/compare/NAME``."""
     if names is None:
-        return [c for c in (committed_card(e.name, sizes) for e in CATALOGUE if e.name != exclude) if c is not None]
+        return [c for c in (committed_card(e.name, sizes, rollouts=rollouts) for e in CATALOGUE if e.name != exclude)
+                if c is not None]
     cards = []
     for name in names:
         if name == exclude:
             continue
-        card = committed_card(name, sizes)
+        card = committed_card(name, sizes, rollouts=rollouts)
         if card is None:
-            say(f"--compare {name}: measuring its card now (no committed card with these sizes)")
-            card = score_card(name, sizes, out / "compare" / name, plugins=plugins, bridge=bridge, say=say)
+            say(f"--compare {name}: measuring its card now (no committed card with these sizes and rollouts)")
+            card = score_card(name, sizes, out / "compare" / name, plugins=plugins, bridge=bridge, say=say,
+                              rollouts=rollouts)
             write(card, out / "compare" / name)
         else:
             say(f"--compare {name}: the committed card of the field")

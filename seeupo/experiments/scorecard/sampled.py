@@ -54,7 +54,7 @@ def _updates(ctx: Context) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor: int, sizes: Sizes,
+def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor: int, sizes: Sizes, rollouts: Any,
                       _functions: tuple[object, ...]) -> list[dict[str, Any]]:
     """Per problem instance (``J`` constant under every policy: left out): its words, ``J`` after each of the own
     exact updates, ``J*`` and the value scale. Memoised (per configuration and registered functions): both
@@ -64,7 +64,8 @@ def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor:
 
     algorithm = config.replace(group_size=sizes.group_size)
     iterations = sizes.convergence_updates * factor
-    run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=optimizer, lr=lr, seed=sizes.seed)  # type: ignore[arg-type]
+    run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=optimizer, lr=lr, seed=sizes.seed,  # type: ignore[arg-type]
+                        **rollouts.run_fields())
     out = []
     for words, problem in convergence_parts(sizes):
         history = track(problem, AlgorithmStep(algorithm, run_cfg), TabularPolicy(problem), iterations)
@@ -78,7 +79,7 @@ def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor:
 
 def _runs(ctx: Context) -> list[dict[str, Any]]:
     return _convergence_runs(ctx.name, ctx.config, ctx.optimizer, ctx.lr, ctx.iterations_factor, ctx.sizes,
-                             registered_functions(ctx.config))
+                             ctx.rollouts, registered_functions(ctx.config))
 
 
 def first_converged(J: list[float], J_star: float, scale: float) -> int | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -154,6 +155,33 @@ def _length_units(ctx: Context) -> list[Unit]:
     return out
 
 
+def _uniform_start_only(ctx: Context) -> Context:
+    return dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, starts=0))
+
+
+def _off_policy_units(ctx: Context) -> list[Unit]:
+    """The capability from the uniform start alone (its on-policy step and one step per engine on each bandit),
+    standing for each start."""
+    from seeupo.experiments.scorecard import open_questions
+
+    return [Unit(lambda: open_questions.off_policy_robustness(_uniform_start_only(ctx)), 1 + ctx.sizes.starts)]
+
+
+def _kl_units(ctx: Context) -> list[Unit]:
+    """The capability from the uniform policy alone, standing for each policy."""
+    from seeupo.experiments.scorecard import open_questions
+
+    return [Unit(lambda: open_questions.kl_gradient(_uniform_start_only(ctx)), 1 + ctx.sizes.starts)]
+
+
+def _pass_at_k_units(ctx: Context) -> list[Unit]:
+    """One own exact update of the pass@k problem, standing for every update of its run."""
+    from seeupo.experiments.scorecard import open_questions
+
+    one = dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, convergence_updates=1), iterations_factor=1)
+    return [Unit(lambda: open_questions.pass_at_k_runs(one), ctx.sizes.convergence_updates * ctx.iterations_factor)]
+
+
 def units(ctx: Context, capability: str) -> list[Unit]:
     """The units :func:`estimate_seconds` times for ``capability`` (none for the bridge: a fixed figure prices it)."""
     if capability in ("single_turn_monotone", "multi_turn_monotone", "stochastic_outcomes", "shared_parameters"):
@@ -162,7 +190,8 @@ def units(ctx: Context, capability: str) -> list[Unit]:
             "agentic_credit": _credit_units, "reward_invariance": _invariance_units,
             "zero_variance_groups": _zero_variance_units, "sampled_update_safety": _draw_units,
             "sampled_update_signal": lambda ctx: [], "difficulty_weighting": _difficulty_units,
-            "length_weighting": _length_units, "lm_bridge": lambda ctx: []}[capability](ctx)
+            "length_weighting": _length_units, "off_policy_robustness": _off_policy_units, "kl_gradient": _kl_units,
+            "pass_at_k_retention": _pass_at_k_units, "lm_bridge": lambda ctx: []}[capability](ctx)
 
 
 def estimate_seconds(ctx: Context, capability: str, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -13,6 +13,7 @@ from seeupo.core.contract import exact_mode_refusal
 from seeupo.core.registry import policy_loss
 from seeupo.experiments.verdicts import history_outcome, refused_label
 from seeupo.experiments.verify.rows import Row
+from seeupo.tabular.behaviour import Rollouts
 from seeupo.tabular.families import AGENTIC_FAMILIES, AGENTIC_FAMILY_TEXT
 from seeupo.tabular.problems import TreeMDP, random_family, random_token_bandit
 from seeupo.tabular.train import RunConfig, run
@@ -53,6 +54,8 @@ class VerifyConfig:
       (:func:`seeupo.core.contract.exact_mode_refusal`) gets sampled cells only.
     plugins: the plugins that registered them (``NAME@sha256:HEX``, :mod:`seeupo.plugins`),
       loaded by every worker process and recorded in the report.
+    rollouts: where every cell's rows come from (:class:`seeupo.tabular.behaviour.Rollouts`: staleness and the
+      engine's sampler; on policy by default); the algorithm's ``correction`` reweights them.
     """
 
     instances: int = 12
@@ -81,6 +84,7 @@ class VerifyConfig:
     algorithm_counterexamples: tuple[str, ...] = ()
     algorithms: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
+    rollouts: Rollouts = Rollouts()
 
 
 QUICK = VerifyConfig(instances=6, iterations=8, exact_epochs=25, modes=("exact",), parameterizations=("independent",))
@@ -171,7 +175,7 @@ def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: Veri
     iterations = cfg.iterations * row.iterations_factor * (cfg.sampled_iterations_factor if mode == "sampled" else 1)
     run_cfg = RunConfig(
         mode=mode, iterations=iterations, tasks=cfg.tasks, optimizer=row.optimizer, lr=row.lr,
-        parameterization=parameterization, seed=cfg.seed,
+        parameterization=parameterization, seed=cfg.seed, **cfg.rollouts.run_fields(),  # type: ignore[arg-type]
     )
     hist = run(problem, algo, run_cfg)
     viol = hist.violations(cfg.tol)

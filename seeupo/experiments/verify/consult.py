@@ -13,6 +13,7 @@ from seeupo.core.registry import shown_path
 from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, saved_counterexamples, table1_verdict
 from seeupo.experiments.verify.cells import BASE_SETTINGS, CellResult, VerifyConfig
 from seeupo.experiments.verify.rows import Row
+from seeupo.tabular.behaviour import Rollouts, Sampler
 from seeupo.validation.errors import InputError
 
 
@@ -33,9 +34,12 @@ def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | Non
     """One Table 1 cell: the paper's claim, what was measured, whether they agree, and why.
 
     ``examples``: the cell's saved counterexamples, replayed (default: replay them now). ``refused``:
-    why exact mode refused the row's estimator (:func:`~seeupo.core.contract.exact_mode_refusal`).
+    why exact mode refused the row's estimator (:func:`~seeupo.core.contract.exact_mode_refusal`). With rows off
+    policy (``cfg.rollouts``) no claim is read and no saved counterexample replayed: both are on policy.
     """
     claim = row.claim_st if setting == "ST" else row.claim_mt
+    if not cfg.rollouts.on_policy:  # the paper's claims, and its searches' counterexamples, are on policy: not this setting
+        claim, examples = None, []
     if cell is None:
         entry = {"paper": claim or "—", "measured": "—", "agreement": "not run" if claim else "no claim",
                  "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
@@ -107,9 +111,15 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
             out.append({"file": shown_path(str(path)), "search": path.stem, "algorithm": name,
                         "setting": case_setting(example),
                         "parameterization": example.run.parameterization, "mode": example.run.mode,
+                        "rollouts": run_rollouts(example.run).words(),
                         "reproduces": bool(again.reproduces), "decreases": bool(again.reproduces and largest > tol),
                         "J": J, "largest_decrease": largest})
     return out
+
+
+def run_rollouts(run: Any) -> Rollouts:
+    """The :class:`~seeupo.tabular.behaviour.Rollouts` a :class:`~seeupo.tabular.train.RunConfig` draws its rows with."""
+    return Rollouts(run.staleness, run.sampler if run.sampler is not None else Sampler())
 
 
 def mark_cells(cells: list[dict[str, Any]], decreasing: list[dict[str, Any]]) -> None:
@@ -131,14 +141,16 @@ def mark_cells(cells: list[dict[str, Any]], decreasing: list[dict[str, Any]]) ->
 def apply_counterexamples(report: dict[str, Any], examples: list[dict[str, Any]]) -> None:
     """Make ``report`` agree with the replaying counterexamples ``examples`` (of its algorithm rows).
 
-    Each exact cell of the same algorithm, setting and parameters becomes ``J decreased`` (its
+    Each exact cell of the same algorithm, setting, parameters and rollouts becomes ``J decreased`` (its
     random instances' own outcome kept in ``random_instances``), and so does the Table 1 entry
     of the exact, independent cell; every example is listed in ``report["counterexamples"]``.
     """
     report.setdefault("counterexamples", [])
     known = {e["file"] for e in report["counterexamples"]}
     report["counterexamples"] += [e for e in examples if e["file"] not in known]
-    decreasing = [e for e in report["counterexamples"] if e.get("decreases") and e.get("mode", "exact") == "exact"]
+    rollouts = Rollouts.from_dict(report["config"].get("rollouts")).words()  # a run off policy is another setting
+    decreasing = [e for e in report["counterexamples"] if e.get("decreases") and e.get("mode", "exact") == "exact"
+                  and e.get("rollouts", "on policy") == rollouts]
     mark_cells(report["cells"], decreasing)
     for entry in report["table1"]:
         for setting in BASE_SETTINGS:

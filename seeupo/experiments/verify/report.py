@@ -8,6 +8,7 @@ from typing import Any
 
 from seeupo.experiments.verdicts import NO_SIGNAL, refused_label
 from seeupo.experiments.verify.cells import BASE_SETTINGS, setting_text
+from seeupo.tabular.behaviour import Rollouts
 
 
 def _cell_text(c: dict[str, Any], notes: list[str]) -> str:
@@ -102,6 +103,9 @@ def markdown(report: dict[str, Any], *, embedded: bool = False) -> str:
     problems = (f"{cfg['instances']} random token bandits per cell (actions of {cfg['length']} tokens from a vocabulary of "
                 f"{cfg['vocab_size']}, rewards on {cfg['reward_levels']} levels, G = {cfg['group_size']}), "
                 f"{cfg['iterations']} iterations; MT has {cfg['turns_mt']} turns.")
+    rollouts = Rollouts.from_dict(cfg.get("rollouts"))
+    if not rollouts.on_policy:
+        problems += f" Rows off policy: {rollouts.words()} (the algorithm's correction reweights them)."
     if "exact" in modes:
         table_text = "Table: exact mode, independent (tabular) parameters; " + problems
     else:

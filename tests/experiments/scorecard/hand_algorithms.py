@@ -10,6 +10,11 @@
 * ``anti_bonus_pg``: ``anti_pg`` plus a thousandth of that bonus: downhill, and moving where no reward differs.
 * ``length_mean_pg``: ``exact_pg`` with each answer's tokens averaged: the policy gradient wherever answers have one
   length, turned away from it where they do not.
+* ``exact_pg_sequence_is``: ``exact_pg`` with the trajectory's uncapped importance weight: off policy, the on-policy
+  step exactly.
+* ``k1_loss_pg``, ``k1_reward_pg``: ``exact_pg`` with a KL term of ``k1`` in the loss (expected gradient 0) or in
+  the reward (the trajectory's grad KL).
+* ``sharpened_pg``: ``exact_pg`` plus ten times each token's log-probability (down the entropy too).
 """
 
 from __future__ import annotations
@@ -110,3 +115,24 @@ def token_mean_per_answer(n_tokens: Any, weight: Any) -> tuple[Any, Any]:
 
 
 register_preset(preset("rloo", name="length_mean_pg", advantage="oracle", aggregation="token_mean_per_answer"))
+
+# Off policy: the exact advantage with the trajectory's uncapped importance weight (pi / mu over the whole trajectory)
+# recovers the on-policy step exactly; without a correction the rows' law is mu's.
+register_preset(preset("rloo", name="exact_pg_sequence_is", advantage="oracle", correction="sequence_is",
+                       correction_cap=float("inf")))
+# KL: k1 in the loss has expected gradient 0 on policy (Schulman 2020): a KL term that does nothing; k1 in the reward
+# gives the trajectory's grad KL(pi || ref).
+register_preset(preset("rloo", name="k1_loss_pg", advantage="oracle", kl_coef=0.1, kl_estimator="k1", kl_placement="loss"))
+register_preset(preset("rloo", name="k1_reward_pg", advantage="oracle", kl_coef=0.1, kl_estimator="k1",
+                       kl_placement="reward"))
+
+
+@register_adv_est("sharpened_oracle", needs_oracle=True, lm=False)
+def sharpened_oracle(batch: Any, cfg: Any, *, critic_values: Any = None, oracle: Any = None, group_stats: Any = None) -> Any:
+    """The exact advantage plus ten times each token's own log-probability: in expectation the policy gradient plus
+    ten times the gradient of minus the entropy, so that every prompt's answers narrow toward its likeliest, right or
+    wrong (with prompts sharing parameters, some prompt's right answers become unreachable)."""
+    return (oracle + 10 * batch.logp_old) * (batch.token_mask & batch.valid[:, None])
+
+
+register_preset(preset("rloo", name="sharpened_pg", advantage="sharpened_oracle"))

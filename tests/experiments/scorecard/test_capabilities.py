@@ -8,24 +8,11 @@ on rewards spanning exactly [0, 1]) 0 on invariance; ``anti_bonus_pg`` 0 on grou
 
 from pathlib import Path
 
-import pytest
-
 from seeupo.experiments.scorecard.capabilities import CAPABILITIES, Sizes
 from seeupo.experiments.scorecard.card import context
 
-HAND = Path(__file__).with_name("hand_algorithms.py")
 TINY = Sizes(instances=2, iterations=3, exact_epochs=10, starts=1, convergence_updates=10)
 EXACT = [c for c in CAPABILITIES if c.exact]
-
-
-@pytest.fixture
-def hand():
-    from seeupo import plugins
-
-    plugins.forget_plugins()
-    plugins.load_plugin(str(HAND))
-    yield
-    plugins.forget_plugins()
 
 
 def scores(name: str, capabilities=EXACT, out=None) -> dict:

@@ -58,7 +58,9 @@ def test_a_plugin_that_breaks_the_contract_is_one_line_and_no_folder(seeupo, tmp
 
 def test_bad_input_is_one_line(seeupo, tmp_path):
     for args, words in ((["no_such_algorithm"], "no_such_algorithm"), ([], "required"),
-                        (["grpo", "--compare", ","], "comma-separated"), (["--field", "grpo"], "takes no NAME")):
+                        (["grpo", "--compare", ","], "comma-separated"), (["--field", "grpo"], "takes no NAME"),
+                        (["--field", "--staleness", "1"], "scored on policy"), (["grpo", "--top-p", "0"], "--top-p"),
+                        (["grpo", "--staleness", "-1"], "--staleness"), (["grpo", "--temperature", "0"], "--temperature")):
         out = seeupo("scorecard", *args, "--out", str(tmp_path / "x"))
         assert out.returncode == 2 and words in out.stderr and out.stderr.count("\n") == 1, (args, out.stderr)
 
@@ -110,6 +112,42 @@ def test_card_round_trips_through_json():
     again = Card.from_dict(json.loads(json.dumps(card.to_dict())))
     assert again.to_dict() == card.to_dict() and again.sizes == Sizes()
     assert "not measured: --no-bridge" in markdown(card)
+
+
+def test_a_card_off_policy_records_its_rollouts_and_an_on_policy_one_is_written_as_before():
+    from seeupo.tabular.behaviour import Rollouts, Sampler
+
+    card = _card("grpo", {"single_turn_monotone": 0.5})
+    assert "rollouts" not in card.to_dict() and "off policy" not in markdown(card)
+    card.rollouts = Rollouts(2, Sampler(temperature=0.7, top_p=0.9))
+    again = Card.from_dict(json.loads(json.dumps(card.to_dict())))
+    assert again.rollouts == card.rollouts and again.to_dict() == card.to_dict()
+    text = markdown(again)
+    assert "**Rows off policy**: rows 2 updates stale; engine: temperature 0.7, top-p 0.9" in text
+    assert "Multi-turn convergence to J*" in text.split("**Rows off policy**")[1].split("\n")[0]
+
+
+def test_the_runs_of_the_own_updates_draw_their_rows_as_the_rollouts_say(hand):
+    """Context.rollouts reaches the RunConfig of every capability that reads it: a stale run and a top-p run of the
+    convergence problems differ from the on-policy one (and from each other), and are memoised apart."""
+    import dataclasses
+
+    from seeupo.experiments.scorecard import capabilities as caps
+    from seeupo.experiments.scorecard import sampled
+    from seeupo.experiments.scorecard.card import context
+    from seeupo.tabular.behaviour import Rollouts, Sampler
+
+    tiny = Sizes(instances=2, iterations=3, exact_epochs=10, starts=1, convergence_updates=4)
+    on = context("exact_pg", tiny, None)
+    stale = dataclasses.replace(on, rollouts=Rollouts(1))
+    truncated = dataclasses.replace(on, rollouts=Rollouts(0, Sampler(top_p=0.6)))
+    part = caps.monotone_parts(tiny, "single_turn_monotone")[0]
+    _, run_cfg, _, _ = caps._part_run(truncated, part)
+    assert run_cfg.sampler == Sampler(top_p=0.6) and run_cfg.staleness == 0
+    assert caps._part_run(stale, part)[1].staleness == 1 and caps._part_run(on, part)[1].sampler is None
+    js = [[r["J"] for r in sampled._runs(ctx)] for ctx in (on, stale, truncated)]
+    assert js[0] != js[1] and js[0] != js[2] and js[1] != js[2]
+    assert [r["J"] for r in sampled._runs(on)] == js[0]
 
 
 def test_claims_agree_disagree_have_no_evidence_or_lie_outside_what_is_measured():
