@@ -1,14 +1,17 @@
 """Exact answers to two questions of 2026: what each rollout correction does with rows of another policy, and
 which gradient each KL estimator gives where it sits.
 
-``python -m seeupo.experiments.offpolicy --out DIR`` writes ``corrections.md``, ``kl.md`` and ``admission.md`` (and
-their ``.json``):
+``python -m seeupo.experiments.offpolicy --out DIR`` writes ``corrections.md``, ``runs.md``, ``kl.md`` and
+``admission.md`` (and their ``.json``):
 
 * corrections: for each behaviour (an engine's sampler, or a stale policy) and each registered correction, the
   expected first step of an unbiased policy-gradient update (the exact advantage ``Q - V`` of the policy being
   updated, each trajectory's tokens summed) against ``grad J`` of that policy, on seeded random problems: the worst
   cosine, the largest error relative to ``|grad J|``, and the verdict (*unbiased*, *biased but uphill*, *points
   downhill*); the estimator is exact so that every bias is the correction's;
+* runs: each correction's whole runs on policy, on rows one and four updates stale, at temperature 0.7 and through
+  top-p 0.9:
+  whether ``J`` ever fell, and where it stopped (``seeupo verify``'s words, the final gap to ``J*``);
 * admission: an asynchronous trainer's stream, where an episode of ``n`` turns is read ``n`` updates late and a
   rule may drop long episodes (:func:`seeupo.tabular.behaviour.admitted_batch`), on the stop family; for GRPO, whole
   groups, as old as their longest episode;
@@ -68,6 +71,15 @@ def _against(step: torch.Tensor, true: torch.Tensor) -> tuple[list[float], list[
     return cosines, errors
 
 
+def _worst_turn(step: list[torch.Tensor], true: list[torch.Tensor]) -> float | None:
+    """The smallest cosine over turns and instances of each turn's step with that turn's ``grad J`` (turns where
+    either is zero left out); ``None`` for one turn (the whole step's cosine says it)."""
+    if len(step) < 2:
+        return None
+    found = [c for s, g in zip(step, true) for c in _against(s, g)[0] if not math.isnan(c)]
+    return min(found) if found else None
+
+
 def _verdict(cosines: list[float], errors: list[float]) -> str:
     """The gradient verdicts' words: unbiased (to ``REL_TOL``), unbiased up to a positive scale (parallel to
     ``grad J`` on every instance), biased but uphill, points downhill."""
@@ -105,11 +117,12 @@ def corrections_table(instances: int = 4, seed: int = 0, say=lambda m: None) -> 
             for correction, settings in _corrections():
                 cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
                              **settings)
-                step = torch.cat(update_direction(problem, policy, cfg, behaviour=mu)[0], 1)
-                cosines, errors = _against(step, true)
+                per_turn = update_direction(problem, policy, cfg, behaviour=mu)[0]
+                cosines, errors = _against(torch.cat(per_turn, 1), true)
                 rows.append({"problem": words, "behaviour": name, "correction": correction,
                              "worst_cosine": min(cosines), "largest_error": max(errors),
-                             "verdict": _verdict(cosines, errors)})
+                             "verdict": _verdict(cosines, errors),
+                             "worst_turn_cosine": _worst_turn(per_turn, policy_gradient(problem, policy))})
         say(f"corrections: {words} done")
     return {"instances": instances, "seed": seed, "rows": rows,
             "corrections": [c for c, _ in _corrections()], "behaviours": [b for b, _ in behaviours]}
@@ -125,6 +138,66 @@ def _corrections() -> list[tuple[str, dict[str, Any]]]:
 ADMISSIONS = (("every episode, fresh", None, False), ("only 1-turn episodes, fresh", 1, False),
               ("every episode, each read its length in updates late", None, True),
               ("episodes of at most T-1 turns, each read its length late", -1, True))
+
+
+#: The runs of the runs table: (words, RunConfig's staleness and sampler).
+RUN_BEHAVIOURS: tuple[tuple[str, int, Sampler | None], ...] = (
+    ("on policy", 0, None), ("stale by 1 update", 1, None), ("stale by 4 updates", 4, None),
+    ("temperature 0.7", 0, Sampler(temperature=0.7)), ("top-p 0.9", 0, Sampler(top_p=0.9)),
+)
+
+
+#: The runs' optimizer step (SGD): large enough that 100 exact updates come within a few thousandths of ``J*``.
+RUN_LR = 10.0
+
+
+def runs_table(instances: int = 4, seed: int = 0, updates: int = 100, say=lambda m: None) -> dict[str, Any]:
+    """Where each correction's runs lead: the exact advantage's plain policy-gradient updates (SGD at :data:`RUN_LR`, each
+    trajectory's tokens summed) from a random start, every update's rows from a stale policy or through an engine's
+    sampler (:class:`seeupo.tabular.train.RunConfig`'s ``staleness`` and ``sampler``), judged in ``seeupo verify``'s
+    words (:func:`seeupo.experiments.verdicts.history_outcome`: whether ``J`` ever fell, whether it reached ``J*``
+    or stalled below it) with the largest final gap to ``J*`` (the fixed point) and the largest decrease."""
+    from seeupo.experiments.verdicts import history_outcome
+    from seeupo.tabular.train import run
+
+    rows = []
+    for words, problem in _problems(instances, seed)[:2]:
+        for name, staleness, sampler in RUN_BEHAVIOURS:
+            for correction, settings in _corrections():
+                cfg = preset("rloo", advantage="oracle", aggregation="seq_mean_token_sum", aggregation_rows="trajectory",
+                             **settings)
+                run_cfg = RunConfig(mode="exact", optimizer="sgd", lr=RUN_LR, iterations=updates, init_scale=1.0,
+                                    staleness=staleness, sampler=sampler, seed=seed)
+                outcome = history_outcome(run(problem, cfg, run_cfg), "exact")
+                rows.append({"problem": words, "behaviour": name, "correction": correction,
+                             "measured": outcome["measured"], "max_final_gap": outcome["max_final_gap"],
+                             "largest_decrease": outcome["largest_decrease"]})
+        say(f"runs: {words} done")
+    return {"instances": instances, "seed": seed, "updates": updates, "lr": RUN_LR, "rows": rows,
+            "corrections": [c for c, _ in _corrections()], "behaviours": [b for b, _, _ in RUN_BEHAVIOURS]}
+
+
+def runs_markdown(table: dict[str, Any]) -> str:
+    lines = ["# Rollout corrections over whole runs: does J rise, and where does it stop?", "",
+             f"Seed {table['seed']}, {table['instances']} random instances per problem from a random start; "
+             f"{table['updates']} exact updates of the exact advantage (plain policy gradient, SGD at step {table['lr']:g}, each "
+             "trajectory's tokens summed), every update's rows from the policy k updates earlier or through the "
+             "engine's sampler. Cell: `seeupo verify`'s words (*converges*: within 1e-3 of J* on every instance; "
+             "*J decreased*; *monotone, stuck below J\\**; *monotone, still improving*), then the largest final gap "
+             "to J* over the instances and, where J fell, the largest single-update decrease.", ""]
+    by_key = {(r["problem"], r["behaviour"], r["correction"]): r for r in table["rows"]}
+    for problem in dict.fromkeys(r["problem"] for r in table["rows"]):
+        lines += [f"## {problem}", "", "| Rows | " + " | ".join(f"`{c}`" for c in table["corrections"]) + " |",
+                  "|---|" + "---|" * len(table["corrections"])]
+        for behaviour in table["behaviours"]:
+            cells = []
+            for c in table["corrections"]:
+                r = by_key[(problem, behaviour, c)]
+                fell = f", fell {r['largest_decrease']:.1e}" if r["measured"] == "J decreased" else ""
+                cells.append(f"{r['measured']} (gap {r['max_final_gap']:.2g}{fell})")
+            lines.append(f"| {behaviour} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 #: The group estimator of the admission table: GRPO as its preset (no KL term), groups of this size enumerated.
@@ -285,7 +358,8 @@ def corrections_markdown(table: dict[str, Any]) -> str:
              "exact advantage `Q - V` of the policy being updated and one plain policy-gradient step with each "
              "trajectory's tokens summed (its expectation is `grad J` on policy), so that every bias below is the "
              "correction's. Each cell: the verdict, the "
-             "worst cosine with `grad J` and the largest error relative to `|grad J|` over the instances. Defaults: "
+             "worst cosine with `grad J` and the largest error relative to `|grad J|` over the instances (with several "
+             "turns, then the worst cosine of one turn's step with that turn's `grad J`). Defaults: "
              "`correction_cap` 2, `correction_floor` 0.5, `m2_tau` 0.04 (`docs/off_policy.md`).", ""]
     by_key = {(r["problem"], r["behaviour"], r["correction"]): r for r in table["rows"]}
     for problem in dict.fromkeys(r["problem"] for r in table["rows"]):
@@ -295,7 +369,8 @@ def corrections_markdown(table: dict[str, Any]) -> str:
             cells = []
             for c in table["corrections"]:
                 r = by_key[(problem, behaviour, c)]
-                cells.append(f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g})")
+                turn = "" if r.get("worst_turn_cosine") is None else f"; {r['worst_turn_cosine']:.3f}"
+                cells.append(f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g}{turn})")
             lines.append(f"| {behaviour} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -323,28 +398,31 @@ def report_folder(parser: argparse.ArgumentParser, out: str, names: tuple[str, .
     return folder
 
 
+#: The report's files (each as ``.md`` and ``.json``).
+REPORTS = ("corrections", "runs", "kl", "admission")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seeupo.experiments.offpolicy", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="the folder for corrections, kl and admission (.md and .json)")
+    parser.add_argument("--out", required=True, help="the folder for corrections, runs, kl and admission (.md and .json)")
     parser.add_argument("--instances", type=positive_int, default=4)
+    parser.add_argument("--updates", type=positive_int, default=100, help="exact updates per run of the runs table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     args = parser.parse_args(argv)
-    out = report_folder(parser, args.out, tuple(f"{n}.{e}" for n in ("corrections", "kl", "admission")
-                                                for e in ("md", "json")), args.overwrite)
+    out = report_folder(parser, args.out, tuple(f"{n}.{e}" for n in REPORTS for e in ("md", "json")), args.overwrite)
     start = time.perf_counter()
-    corrections = corrections_table(args.instances, args.seed, say=print)
-    kl = kl_table(args.instances, args.seed)
-    admission = admission_table(args.instances, args.seed)
+    tables = {"corrections": corrections_table(args.instances, args.seed, say=print),
+              "runs": runs_table(args.instances, args.seed, args.updates, say=print),
+              "kl": kl_table(args.instances, args.seed), "admission": admission_table(args.instances, args.seed)}
     seconds = time.perf_counter() - start
-    corrections["seconds"] = kl["seconds"] = admission["seconds"] = round(seconds, 1)
-    (out / "admission.json").write_text(json.dumps(admission, indent=1) + "\n")
-    (out / "admission.md").write_text(admission_markdown(admission))
-    (out / "corrections.json").write_text(json.dumps(corrections, indent=1) + "\n")
-    (out / "corrections.md").write_text(corrections_markdown(corrections))
-    (out / "kl.json").write_text(json.dumps(kl, indent=1) + "\n")
-    (out / "kl.md").write_text(kl_markdown(kl))
-    print(f"wrote {out}/corrections.md, {out}/kl.md and {out}/admission.md ({seconds:.0f} s)")
+    writers = {"corrections": corrections_markdown, "runs": runs_markdown, "kl": kl_markdown,
+               "admission": admission_markdown}
+    for name, table in tables.items():
+        table["seconds"] = round(seconds, 1)
+        (out / f"{name}.json").write_text(json.dumps(table, indent=1) + "\n")
+        (out / f"{name}.md").write_text(writers[name](table))
+    print(f"wrote {', '.join(f'{out}/{n}.md' for n in REPORTS)} ({seconds:.0f} s)")
     return 0
 
 

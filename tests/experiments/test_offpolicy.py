@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from seeupo.experiments.offpolicy import corrections_markdown, corrections_table, kl_markdown, kl_table
 
 
@@ -30,6 +32,23 @@ def test_the_kl_table_shows_the_gradient_of_each_estimator_and_placement():
     assert row[(many, "k1", "reward")]["reverse"] < 1e-9
     assert row[(many, "k2", "loss")]["reverse"] > 1e-3 and row[(many, "k3", "loss")]["forward"] > 1e-3
     assert "| one token of 4 | `k3` | grad KL(ref || pi) | grad KL(pi || ref) |" in kl_markdown(table)
+
+
+def test_the_runs_table_shows_the_uncapped_trajectory_weight_runs_as_on_policy_and_top_p_does_not():
+    """Whole runs: on policy every correction is 1 (one run); on stale rows and at temperature 0.7 the uncapped
+    trajectory weight makes each update the on-policy one, so its run is the on-policy run (the same final gap);
+    through top-p 0.9 it is not (answers the engine never draws)."""
+    from seeupo.experiments.offpolicy import runs_markdown, runs_table
+
+    table = runs_table(instances=1, seed=0, updates=6)
+    row = {(r["problem"], r["behaviour"], r["correction"]): r for r in table["rows"]}
+    for problem in ("1 turn, answers of 3 tokens of 2", "2 turns, answers of 2 tokens of 3"):
+        on = row[(problem, "on policy", "none")]["max_final_gap"]
+        assert {round(row[(problem, "on policy", c)]["max_final_gap"], 12) for c in table["corrections"]} == {round(on, 12)}
+        for behaviour in ("stale by 1 update", "stale by 4 updates", "temperature 0.7"):
+            assert row[(problem, behaviour, "sequence_is, no cap")]["max_final_gap"] == pytest.approx(on, abs=1e-10)
+        assert abs(row[(problem, "top-p 0.9", "sequence_is, no cap")]["max_final_gap"] - on) > 1e-4
+    assert "| top-p 0.9 |" in runs_markdown(table)
 
 
 def test_the_admission_table_shows_that_dropping_long_episodes_biases_the_update_beyond_correction():
