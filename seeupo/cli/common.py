@@ -67,11 +67,12 @@ def rollout_options(p: argparse.ArgumentParser) -> None:
 
 
 def rollouts_from(args: argparse.Namespace) -> "Rollouts":
-    """The :class:`~seeupo.tabular.behaviour.Rollouts` of :func:`rollout_options`' flags (the noise seeded by ``--seed``)."""
+    """The :class:`~seeupo.tabular.behaviour.Rollouts` of :func:`rollout_options`' flags (the noise seeded by ``--seed``;
+    without noise the seed is 0, so that one setting compares equal whatever ``--seed`` says)."""
     from seeupo.tabular.behaviour import Rollouts, Sampler
 
-    return Rollouts(args.staleness, Sampler(args.temperature, args.top_k, args.top_p, args.kernel_noise,
-                                            seed=getattr(args, "seed", None) or 0))
+    seed = (getattr(args, "seed", None) or 0) if args.kernel_noise > 0 else 0  # the seed draws the noise, nothing else
+    return Rollouts(args.staleness, Sampler(args.temperature, args.top_k, args.top_p, args.kernel_noise, seed=seed))
 
 
 def readable_dir(path: str, flag: str) -> Path:
