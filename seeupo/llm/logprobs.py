@@ -240,56 +240,46 @@ def _chunk_rows(weight: Tensor, chunk_rows: int | None) -> int:
     return rows
 
 
-def token_logprobs_and_entropies_reference(
-    hidden: Tensor, weight: Tensor, target: Tensor, temperature: float, bias: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """:func:`token_logprobs_reference` and the entropy ``-sum_v p_v log p_v`` of each position's whole conditional
-    ``p = softmax((hidden @ weight.T + bias) / temperature)``, the plain way (the ``[N, V]`` log-softmax kept).
-
-    Returns ``([N] log-probabilities, [N] entropies)`` in ``promote_types(hidden.dtype, float32)``.
-    """
-    _check(hidden, weight, target, temperature, bias)
-    both = _chunk_logprobs_and_entropies(hidden, weight, bias, target, temperature)  # the whole batch as one chunk
-    return both[:, 0], both[:, 1]
+def entropy_of_log_probs(logp: Tensor) -> Tensor:
+    """``-sum_v p_v log p_v`` over the last dimension of log-probabilities ``logp`` (``-inf`` allowed: a token of
+    probability 0 adds 0, and no ``nan`` reaches the gradient, as ``0 * -inf`` would)."""
+    finite = torch.where(torch.isfinite(logp), logp, 0.0)
+    return -(logp.exp() * finite).sum(-1)
 
 
-def _chunk_logprobs_and_entropies(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
-                                  temperature: float) -> Tensor:
-    """``[rows, 2]``: the log-probabilities and entropies of ``hidden``'s rows, from their ``[rows, V]`` log-softmax."""
+def _chunk_entropies(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
+    """``[rows]``: the entropy of each of ``hidden``'s rows' ``softmax((hidden @ weight.T + bias) / temperature)``, in
+    ``promote_types(weight.dtype, float32)`` (the logits as :func:`token_logprobs_reference` computes them)."""
     dtype = torch.promote_types(weight.dtype, torch.float32)
-    logp = torch.log_softmax(F.linear(hidden, weight, bias).to(dtype) / temperature, dim=-1)
-    return torch.stack([logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)], dim=1)
+    return entropy_of_log_probs(torch.log_softmax(F.linear(hidden, weight, bias).to(dtype) / temperature, dim=-1))
 
 
-def token_logprobs_and_entropies(
-    hidden: Tensor,
-    weight: Tensor,
-    target: Tensor,
-    temperature: float,
-    bias: Tensor | None = None,
-    chunk_rows: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    """:func:`token_logprobs_and_entropies_reference`'s numbers and gradients, ``chunk_rows`` rows of logits at a time.
+def token_entropies_reference(hidden: Tensor, weight: Tensor, temperature: float, bias: Tensor | None = None) -> Tensor:
+    """``[N]`` the entropy ``-sum_v p_v log p_v`` of each position's whole conditional ``p = softmax((hidden @ weight.T
+    + bias) / temperature)``, the plain way (the ``[N, V]`` log-softmax kept for the backward pass)."""
+    _check(hidden, weight, torch.zeros(hidden.shape[0], dtype=torch.long), temperature, bias)
+    return _chunk_entropies(hidden, weight, bias, temperature)
 
-    Each chunk runs under ``torch.utils.checkpoint``: its ``[chunk_rows, V]`` logits exist only while it is
-    computed, in the forward pass and again in the backward pass, and nothing of size ``V`` per row is kept
-    between them (as :func:`token_logprobs_chunked`). The entropy an entropy bonus needs
-    (``AlgorithmConfig.entropy_coef``) comes from the same logits as the log-probabilities: one pass of the head
-    for both. Autograd differentiates the reference's own operations, so the values and gradients are the
-    reference's up to the order of the vocabulary sums.
 
-    Returns ``([N] log-probabilities, [N] entropies)`` in ``promote_types(hidden.dtype, float32)``.
+def token_entropies(hidden: Tensor, weight: Tensor, temperature: float, bias: Tensor | None = None,
+                    chunk_rows: int | None = None) -> Tensor:
+    """:func:`token_entropies_reference`'s numbers and gradients, ``chunk_rows`` rows of logits at a time.
+
+    Each chunk runs under ``torch.utils.checkpoint``: its ``[chunk_rows, V]`` logits exist only while it is computed,
+    in the forward pass and again in the backward pass, and nothing of size ``V`` per row is kept between them (as
+    :func:`token_logprobs_chunked`). Autograd differentiates the reference's own operations, so the values and
+    gradients are the reference's up to the order of the vocabulary sums. What an entropy bonus
+    (``AlgorithmConfig.entropy_coef``) reads beside the log-probabilities of any path of :func:`logprob_backend`.
     """
     from torch.utils.checkpoint import checkpoint
 
-    _check(hidden, weight, target, temperature, bias)
+    _check(hidden, weight, torch.zeros(hidden.shape[0], dtype=torch.long), temperature, bias)
     rows = _chunk_rows(weight, chunk_rows)
-    chunks = [checkpoint(_chunk_logprobs_and_entropies, hidden[start: start + rows], weight, bias,
-                         target[start: start + rows], float(temperature), use_reentrant=False)
-              for start in range(0, hidden.shape[0], rows)]
-    both = torch.cat(chunks) if chunks else torch.zeros(0, 2, dtype=torch.promote_types(weight.dtype, torch.float32),
-                                                         device=hidden.device)
-    return both[:, 0], both[:, 1]
+    chunks = [checkpoint(_chunk_entropies, hidden[start: start + rows], weight, bias, float(temperature),
+                         use_reentrant=False) for start in range(0, hidden.shape[0], rows)]
+    if not chunks:
+        return torch.zeros(0, dtype=torch.promote_types(weight.dtype, torch.float32), device=hidden.device)
+    return torch.cat(chunks)
 
 
 def liger_unavailable(device: torch.device | str) -> str | None:

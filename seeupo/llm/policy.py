@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 from typing import Iterable, Iterator, get_args
 
@@ -63,8 +64,8 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
-from seeupo.llm.logprobs import (LogprobPath, TokenLogprobs, head_unsupported, logprob_backend,
-                                 token_logprobs_and_entropies)
+from seeupo.llm.logprobs import (LogprobPath, TokenLogprobs, entropy_of_log_probs, head_unsupported,
+                                 logprob_backend, token_entropies)
 from seeupo.llm.memory import DEVICE_SHARE
 from seeupo.llm.passes import (_AutoBudget, _merged_by_trajectory, _pass_inputs, _plan, _plan_kernel, _Reads,
                                _recomputing, _write_rows, effective_scoring, micro_batches, shared_micro_batches,
@@ -198,9 +199,10 @@ class CausalLMPolicy(torch.nn.Module):
     def token_logps_and_entropies(self, batch: SampleBatch) -> tuple[Tensor, Tensor]:
         """:meth:`token_logps` and ``[n, L]`` the entropy of each response token's whole conditional (what an
         entropy bonus, ``AlgorithmConfig.entropy_coef``, reads; verl's ``entropy_from_logits``), from the same
-        forward passes: the head's logits give both (:func:`seeupo.llm.logprobs.token_logprobs_and_entropies`,
-        chunked whatever ``logprobs`` says: liger's kernel gives no entropy). Both differentiable; 0 off the
-        response tokens."""
+        forward passes: the log-probabilities by the configured ``logprobs`` path (the numbers :meth:`token_logps`
+        gives), the entropies by :func:`seeupo.llm.logprobs.token_entropies` from the same hidden states (the head's
+        logits recomputed in chunks: liger's kernel gives no entropy). Both differentiable; 0 off the response
+        tokens."""
         return self.log_probs(batch, self.temperature, with_entropy=True)  # type: ignore[return-value]
 
     def token_entropies(self, batch: SampleBatch) -> Tensor:
@@ -218,7 +220,9 @@ class CausalLMPolicy(torch.nn.Module):
         dtype = torch.promote_types(param.dtype, torch.float32)
         out = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device)
         entropies = torch.zeros(n, L, dtype=dtype, device=batch.token_mask.device) if with_entropy else None
-        head = _both_per_token if with_entropy else logprob_backend(self.logprobs, param.device)
+        head = logprob_backend(self.logprobs, param.device)
+        if with_entropy:  # the log-probabilities of the configured path (those a scoring pass gives), then entropies
+            head = functools.partial(_with_entropies, head)
         passes, kernel = _plan(self, self.model, batch, self.micro_batch_rows, self.micro_batch_tokens, self.collective)
         calls = [(p, *_pass_inputs(batch, p, param.device, kernel, self._head is None and self._keeps_logits))
                  for p in passes]
@@ -241,11 +245,12 @@ class CausalLMPolicy(torch.nn.Module):
         return (out, entropies) if entropies is not None else out
 
 
-def _both_per_token(hidden: Tensor, weight: Tensor, target: Tensor, temperature: float,
+def _with_entropies(logprobs: TokenLogprobs, hidden: Tensor, weight: Tensor, target: Tensor, temperature: float,
                     bias: Tensor | None = None) -> Tensor:
-    """``[N, 2]``: the log-probabilities and entropies of :func:`~seeupo.llm.logprobs.token_logprobs_and_entropies`
-    (a head's per-token function, as :class:`_LogprobHead` calls it)."""
-    return torch.stack(token_logprobs_and_entropies(hidden, weight, target, temperature, bias), dim=-1)
+    """``[N, 2]``: ``logprobs``' log-probabilities and :func:`~seeupo.llm.logprobs.token_entropies` (a head's
+    per-token function, as :class:`_LogprobHead` calls it)."""
+    return torch.stack([logprobs(hidden, weight, target, temperature, bias=bias),
+                        token_entropies(hidden, weight, temperature, bias)], dim=-1)
 
 
 def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float, with_entropy: bool = False) -> Tensor:
@@ -254,7 +259,7 @@ def _logprobs_of_logits(logits: Tensor, target: Tensor, temperature: float, with
     entropy of each position's whole distribution beside it."""
     logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, dim=-1)
     picked = logp.gather(-1, target[..., None]).squeeze(-1)
-    return torch.stack([picked, -(logp.exp() * logp).sum(-1)], dim=-1) if with_entropy else picked
+    return torch.stack([picked, entropy_of_log_probs(logp)], dim=-1) if with_entropy else picked
 
 
 class _LogprobHead(torch.nn.Module):

@@ -55,9 +55,11 @@ class Sampler:
 @dataclass(frozen=True)
 class Rollouts:
     """Where a run's rows come from, in the words the ecosystem uses: ``staleness``, the updates between the policy
-    that drew the rows and the policy they update (an asynchronous trainer's, AReaL's ``max_head_offpolicyness``),
+    that drew the rows and the policy they update, fixed (an asynchronous trainer's off-policyness, of which AReaL's
+    ``max_head_offpolicyness`` is the bound; the first ``staleness`` updates of a run read the start policy's rows),
     and the inference engine's ``sampler`` (vLLM's ``temperature``, ``top_k``, ``top_p``; ``noise`` for kernels that
-    compute other numbers). The default is on policy."""
+    compute other numbers). The default is on policy. A ``top_k`` at least the vocabulary truncates nothing but
+    counts as off policy (the setting does not know the vocabulary)."""
 
     staleness: int = 0
     sampler: Sampler = Sampler()

@@ -17,8 +17,8 @@ from seeupo.llm.logprobs import (
     head_unsupported,
     liger_unavailable,
     logprob_backend,
-    token_logprobs_and_entropies,
-    token_logprobs_and_entropies_reference,
+    token_entropies,
+    token_entropies_reference,
     token_logprobs_chunked,
     token_logprobs_reference,
 )
@@ -183,24 +183,20 @@ def test_chunked_saves_nothing_of_size_vocabulary_per_row():
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7, 50])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_entropies_equal_the_reference_float64(chunk_rows, temperature):
-    """Log-probabilities and entropies from one pass of each chunk, and the gradients of any combination of them, are the
-    reference's (N = 20: short last chunks, one chunk larger than N)."""
-    hidden, weight, bias, target = problem(20, 16, 97, torch.float64)
-    gen = torch.Generator().manual_seed(3)
-    g_logp, g_entropy = torch.randn(20, generator=gen, dtype=torch.float64), torch.randn(20, generator=gen, dtype=torch.float64)
+    """The entropies of checkpointed chunks, and their gradients, are the reference's (N = 20: short last chunks, one
+    chunk larger than N)."""
+    hidden, weight, bias, _ = problem(20, 16, 97, torch.float64)
+    g = torch.randn(20, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
     def values_and_grads_of(fn, **kwargs):
-        logp, entropy = fn(hidden, weight, target, temperature, bias, **kwargs)
-        grads = torch.autograd.grad((g_logp * logp + g_entropy * entropy).sum(), (hidden, weight, bias))
-        return logp.detach(), entropy.detach(), grads
+        entropy = fn(hidden, weight, temperature, bias, **kwargs)
+        return entropy.detach(), torch.autograd.grad((g * entropy).sum(), (hidden, weight, bias))
 
-    ref_logp, ref_entropy, ref_grads = values_and_grads_of(token_logprobs_and_entropies_reference)
-    logp, entropy, grads = values_and_grads_of(token_logprobs_and_entropies, chunk_rows=chunk_rows)
-    assert logp.dtype == entropy.dtype == torch.float64 and entropy.shape == (20,)
-    assert max_gap(logp, ref_logp) < 1e-12 and max_gap(entropy, ref_entropy) < 1e-12
-    assert all(max_gap(a, b) < 1e-12 for a, b in zip(grads, ref_grads))
-    assert max_gap(logp, token_logprobs_reference(hidden, weight, target, temperature, bias).detach()) < 1e-12
-    assert bool((ref_entropy > 0).all()) and bool((ref_entropy < math.log(97)).all())
+    ref, ref_grads = values_and_grads_of(token_entropies_reference)
+    got, grads = values_and_grads_of(token_entropies, chunk_rows=chunk_rows)
+    assert got.dtype == torch.float64 and got.shape == (20,)
+    assert max_gap(got, ref) < 1e-12 and all(max_gap(a, b) < 1e-12 for a, b in zip(grads, ref_grads))
+    assert bool((ref > 0).all()) and bool((ref < math.log(97)).all())
 
 
 def test_entropies_by_hand():
@@ -208,12 +204,11 @@ def test_entropies_by_hand():
     dH/dz_k = -p_k (log p_k + H)."""
     hidden = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64, requires_grad=True)
     weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
-    target = torch.tensor([0, 2])
     e = math.e
     want = torch.tensor([math.log(2 * e + 1) - 2 * e / (2 * e + 1),
                          math.log(1 + 2 * e**2) - 4 * e**2 / (1 + 2 * e**2)], dtype=torch.float64)
-    for fn in (token_logprobs_and_entropies_reference, token_logprobs_and_entropies):
-        _, entropy = fn(hidden, weight, target, 1.0)
+    for fn in (token_entropies_reference, token_entropies):
+        entropy = fn(hidden, weight, 1.0)
         assert max_gap(entropy.detach(), want) < 1e-15
         (grad,) = torch.autograd.grad(entropy[0], hidden)
         p = torch.tensor([e, 1.0, e], dtype=torch.float64) / (2 * e + 1)
@@ -221,11 +216,24 @@ def test_entropies_by_hand():
         assert max_gap(grad[0], dz @ weight) < 1e-15 and bool((grad[1] == 0).all())
 
 
+def test_a_token_of_probability_zero_adds_nothing_to_the_entropy_nor_nan_to_its_gradient():
+    """A bias of -inf (a token the model can never emit, as a table model's outside its alphabet): the entropy is that
+    of the other tokens, and its gradient is finite."""
+    hidden = torch.tensor([[1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    bias = torch.tensor([0.0, -math.inf, 0.0], dtype=torch.float64)
+    for fn in (token_entropies_reference, token_entropies):
+        entropy = fn(hidden, weight, 1.0, bias)
+        assert entropy.item() == pytest.approx(math.log(2), abs=1e-15)  # logits 1 and 1: uniform over two tokens
+        (grad,) = torch.autograd.grad(entropy.sum(), hidden)
+        assert bool(torch.isfinite(grad).all())
+
+
 def test_chunked_entropies_keep_nothing_of_size_vocabulary_per_row():
     """Each checkpointed chunk keeps its inputs only (the head's weight and bias are the same storage every time):
     O(N*H + V*H) elements, against the reference's [N, V] log-softmax."""
     n, h, v = 256, 16, 4096
-    hidden, weight, bias, target = problem(n, h, v, torch.float32)
+    hidden, weight, bias, _ = problem(n, h, v, torch.float32)
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -233,9 +241,9 @@ def test_chunked_entropies_keep_nothing_of_size_vocabulary_per_row():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        token_logprobs_and_entropies(hidden, weight, target, 0.7, bias, chunk_rows=32)
-    assert sum(storages.values()) == n * h + v * h + v + n  # hidden's chunks share its storage, target's too
-    assert saved_elements(token_logprobs_and_entropies_reference, hidden, weight, target, 0.7, bias) >= n * v
+        token_entropies(hidden, weight, 0.7, bias, chunk_rows=32)
+    assert sum(storages.values()) == n * h + v * h + v  # hidden's chunks share its storage
+    assert saved_elements(token_entropies_reference, hidden, weight, 0.7, bias) >= n * v
 
 
 def test_default_chunk_rows():

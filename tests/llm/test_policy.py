@@ -89,16 +89,17 @@ def _independent_entropies(model, context, response, tau):
                         for j in range(len(response))])
 
 
-@pytest.mark.parametrize("scoring", ["prefix_shared", "per_row"])
-def test_token_entropies_match_unpadded_forward_with_their_gradients(tiny64, lm_batch, scoring):
-    """token_logps_and_entropies: the log-probabilities of token_logps and each response position's entropy, from the
-    same passes, equal to a per-row forward of the model's own logits; so is the gradient of the summed entropies."""
+@pytest.mark.parametrize("scoring, logprobs", [("prefix_shared", "chunked"), ("per_row", "reference")])
+def test_token_entropies_match_unpadded_forward_with_their_gradients(tiny64, lm_batch, scoring, logprobs):
+    """token_logps_and_entropies: the log-probabilities token_logps gives (the same numbers: the configured path) and
+    each response position's entropy, from the same passes, equal to a per-row forward of the model's own logits; so
+    is the gradient of the summed entropies."""
     model, tokenizer = tiny64
     contexts, responses = _rows(tokenizer)
     batch = lm_batch(contexts, responses, pad_token_id=tokenizer.pad_token_id)
-    policy = CausalLMPolicy(model, temperature=0.7, micro_batch_rows=3, scoring=scoring)
+    policy = CausalLMPolicy(model, temperature=0.7, micro_batch_rows=3, scoring=scoring, logprobs=logprobs)
     logp, entropy = policy.token_logps_and_entropies(batch)
-    torch.testing.assert_close(logp.detach(), policy.token_logps(batch).detach(), rtol=0, atol=1e-12)
+    assert torch.equal(logp.detach(), policy.token_logps(batch).detach())
     torch.testing.assert_close(policy.token_entropies(batch).detach(), entropy.detach(), rtol=0, atol=1e-12)
     params = [p for p in model.parameters() if p.requires_grad]
     got = torch.autograd.grad(entropy.sum(), params, allow_unused=True)
@@ -123,6 +124,13 @@ def test_token_entropies_by_hand_from_the_model_s_own_logits(lm_batch):
     _, entropy = policy.token_logps_and_entropies(lm_batch([[0]], [[2, 1]]))
     h0 = -sum(p * math.log(p) for p in (1 / 6, 2 / 6, 3 / 6))
     assert entropy[0, 0].item() == pytest.approx(h0, abs=1e-12) and entropy[0, 1].item() == pytest.approx(math.log(3), abs=1e-12)
+    # a token the model can never emit (-inf, as a table model's outside its alphabet): it adds 0, and no nan
+    table = torch.nn.Parameter(torch.log(torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 2.0], [1.0, 1.0, 1.0]], dtype=torch.float64)))
+    model = BigramLM(table.detach().clone())
+    _, entropy = CausalLMPolicy(model, temperature=1.0).token_logps_and_entropies(lm_batch([[0]], [[2]]))
+    assert entropy[0, 0].item() == pytest.approx(math.log(2), abs=1e-12)
+    (grad,) = torch.autograd.grad(entropy.sum(), model.table)
+    assert bool(torch.isfinite(grad).all())
 
 
 def test_padding_and_micro_batching_do_not_change_a_row(tiny64, lm_batch):

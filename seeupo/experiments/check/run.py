@@ -180,7 +180,8 @@ def check(name: str, budget: CheckBudget, out: Path, *, plugins: tuple[str, ...]
             t = time.perf_counter()
             if exact:
                 say(f"[1/5] field: the field's committed counterexamples with {name}'s own update")
-                replay_field(name, budget.verify.exact_epochs, out, say, field, explain_case, budget.verify.rollouts)
+                replay_field(name, budget.verify.exact_epochs, out, say, field, explain_case,
+                             None if budget.verify.rollouts.on_policy else budget.verify.rollouts)
             else:
                 say(f"[1/5] field: skipped ({no_exact})")
             times["field"] = time.perf_counter() - t

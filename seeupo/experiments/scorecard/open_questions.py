@@ -188,7 +188,7 @@ def pass_at_k_runs(ctx: Context) -> tuple[TreeMDP, Tensor, Tensor]:
     s = ctx.sizes
     problem = pass_at_k_problem(s)
     algorithm = ctx.config.replace(group_size=s.group_size)
-    updates = s.convergence_updates * ctx.iterations_factor
+    updates = s.convergence_updates * ctx.iterations_factor + ctx.rollouts.staleness  # with staleness K, K more
     run_cfg = RunConfig(mode="exact", iterations=updates, optimizer=ctx.optimizer, lr=ctx.lr,  # type: ignore[arg-type]
                         parameterization="shared", feature_dim=SHARED_FEATURES, seed=s.seed,
                         **ctx.rollouts.run_fields())  # type: ignore[arg-type]

@@ -50,7 +50,7 @@ def convergence_parts(s: Sizes) -> list[tuple[str, TreeMDP]]:
 
 
 def _updates(ctx: Context) -> int:
-    return ctx.sizes.convergence_updates * ctx.iterations_factor
+    return ctx.sizes.convergence_updates * ctx.iterations_factor + ctx.rollouts.staleness
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,7 +63,7 @@ def _convergence_runs(name: str, config: Any, optimizer: str, lr: float, factor:
     from seeupo.tabular.train import AlgorithmStep, RunConfig, TabularPolicy, track
 
     algorithm = config.replace(group_size=sizes.group_size)
-    iterations = sizes.convergence_updates * factor
+    iterations = sizes.convergence_updates * factor + rollouts.staleness  # with staleness K, K more (stale) updates
     run_cfg = RunConfig(mode="exact", iterations=iterations, optimizer=optimizer, lr=lr, seed=sizes.seed,  # type: ignore[arg-type]
                         **rollouts.run_fields())
     out = []

@@ -62,7 +62,8 @@ def _convergence_units(ctx: Context) -> list[Unit]:
 
     s = ctx.sizes
     algorithm = ctx.config.replace(group_size=s.group_size)
-    run_cfg = RunConfig(mode="exact", iterations=1, optimizer=ctx.optimizer, lr=ctx.lr, seed=s.seed)  # type: ignore[arg-type]
+    run_cfg = RunConfig(mode="exact", iterations=1, optimizer=ctx.optimizer, lr=ctx.lr, seed=s.seed,  # type: ignore[arg-type]
+                        **ctx.rollouts.run_fields())
     return [Unit(lambda problem=problem: track(problem, AlgorithmStep(algorithm, run_cfg), TabularPolicy(problem), 1),
                  s.convergence_updates * ctx.iterations_factor) for _, problem in sampled.convergence_parts(s)]
 

@@ -173,6 +173,7 @@ def run_cell(row: Row, setting: str, mode: str, parameterization: str, cfg: Veri
     if mode == "sampled" and policy_loss(algo.update).surrogate:
         algo = algo.replace(epochs=cfg.sampled_epochs, minibatches=cfg.sampled_minibatches)
     iterations = cfg.iterations * row.iterations_factor * (cfg.sampled_iterations_factor if mode == "sampled" else 1)
+    iterations += cfg.rollouts.staleness  # with staleness K, K more updates: the cell's own then read stale rows
     run_cfg = RunConfig(
         mode=mode, iterations=iterations, tasks=cfg.tasks, optimizer=row.optimizer, lr=row.lr,
         parameterization=parameterization, seed=cfg.seed, **cfg.rollouts.run_fields(),  # type: ignore[arg-type]

@@ -38,24 +38,25 @@ def table1_entry(row: Row, setting: str, cell: CellResult | dict[str, Any] | Non
     policy (``cfg.rollouts``) no claim is read and no saved counterexample replayed: both are on policy.
     """
     claim = row.claim_st if setting == "ST" else row.claim_mt
-    if not cfg.rollouts.on_policy:  # the paper's claims, and its searches' counterexamples, are on policy: not this setting
+    off_policy = not cfg.rollouts.on_policy
+    if off_policy:  # the paper's claims, and its searches' counterexamples, are on policy: not this setting
         claim, examples = None, []
     if cell is None:
         entry = {"paper": claim or "—", "measured": "—", "agreement": "not run" if claim else "no claim",
-                 "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
+                 "claim_id": None if off_policy else TABLE1_CLAIMS.get((row.name, setting))}
         return entry | ({"measured": f"exact: refused ({refused})", "exact_refused": refused} if refused else {})
     cell = dataclasses.asdict(cell) if isinstance(cell, CellResult) else cell
     if cell.get("refused"):
         return {"paper": claim or "—", "measured": cell["verdict"], "agreement": "not run" if claim else "no claim",
                 "exact_refused": cell["refused"],
-                "claim_id": TABLE1_CLAIMS.get((row.name, setting))}
+                "claim_id": None if off_policy else TABLE1_CLAIMS.get((row.name, setting))}
     examples = table1_counterexamples(cfg, row.name, setting) if examples is None else examples
     replaying = [e for e in examples if e["reproduces"]]
     measured, agree = table1_verdict(claim, cell["verdict"], [e["search"] for e in replaying])
     return {
         "paper": claim or "—", "measured": measured, "agreement": agree,
         "random_instances": cell["verdict"], "counterexamples": examples,
-        "claim_id": TABLE1_CLAIMS.get((row.name, setting)),
+        "claim_id": None if off_policy else TABLE1_CLAIMS.get((row.name, setting)),
     }
 
 

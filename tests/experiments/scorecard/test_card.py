@@ -145,6 +145,7 @@ def test_the_runs_of_the_own_updates_draw_their_rows_as_the_rollouts_say(hand):
     _, run_cfg, _, _ = caps._part_run(truncated, part)
     assert run_cfg.sampler == Sampler(top_p=0.6) and run_cfg.staleness == 0
     assert caps._part_run(stale, part)[1].staleness == 1 and caps._part_run(on, part)[1].sampler is None
+    assert caps._part_run(stale, part)[2] == caps._part_run(on, part)[2] + 1  # one more update: its own read stale rows
     js = [[r["J"] for r in sampled._runs(ctx)] for ctx in (on, stale, truncated)]
     assert js[0] != js[1] and js[0] != js[2] and js[1] != js[2]
     assert [r["J"] for r in sampled._runs(on)] == js[0]
