@@ -237,6 +237,22 @@ def test_search_algorithm_errors_are_one_line(tmp_path, capsys):
     assert "argument --algorithm: unknown algorithm 'nope'" in _one_line_error(capsys)
     assert main(["search", "--algorithm", "grpo", "grpo_st_stochastic", "--out", str(tmp_path)]) == 2
     assert "not both" in _one_line_error(capsys)
+    assert main(["search", "--staleness", "1", "--out", str(tmp_path)]) == 2
+    assert "rows off policy need --algorithm" in _one_line_error(capsys)
+
+
+def test_an_algorithm_s_search_off_policy_saves_cases_that_replay_their_rows(tmp_path, capsys):
+    plugin = _anti_plugin(tmp_path)
+    out = tmp_path / "search"
+    assert main(["search", "--algorithm", "anti_pg", "--plugin", str(plugin), "--max-examples", "2", "--staleness", "1",
+                 "--top-p", "0.9", "--out", str(out)]) == 0
+    import json
+
+    files = sorted(out.glob("anti_pg_*.json"))
+    recorded = json.loads(files[0].read_text())
+    assert recorded["run"]["staleness"] == 1 and recorded["run"]["sampler"]["top_p"] == 0.9
+    assert main(["replay", str(files[0]), "--plugin", str(plugin)]) == 0
+    assert "reproduced" in capsys.readouterr().out
 
 
 def test_presets_of_a_plugin_and_of_an_installed_package(tmp_path, monkeypatch, capsys):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from seeupo.cli.common import PAPER_REPRO, UsageError, plugin_option, require_algorithms
+from seeupo.cli.common import PAPER_REPRO, UsageError, plugin_option, require_algorithms, rollout_options, rollouts_from
 from seeupo.experiments.search_catalog import PAPER_SEARCHES
 from seeupo.validation.arguments import path_arg, positive_int, seed_int, writable_dir
 
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="folder for the counterexample files and searches.json, the summary of every search run (default: results/search)")
     p.add_argument("--update-paper-repro", action="store_true",
                    help=f"write into the committed {PAPER_REPRO}/counterexamples and {PAPER_REPRO}/searches.json instead of --out")
+    rollout_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         if args.update_paper_repro:
             raise UsageError("argument --update-paper-repro: the committed searches are the paper's; "
                              "write an algorithm's searches to --out")
+    rollouts = rollouts_from(args)
+    if args.algorithm is None and not rollouts.on_policy:
+        raise UsageError("argument --staleness/--temperature/--top-k/--top-p/--kernel-noise: the paper's searches test "
+                         "its claims, made on policy; rows off policy need --algorithm")
     known = [entry.name for entry in PAPER_SEARCHES]
     unknown = [n for n in args.names if n not in known]
     if unknown:
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     read_search_index(index)  # a malformed index is refused before any search runs
     if args.algorithm is not None:
-        specs = algorithm_searches(args.algorithm)
+        specs = algorithm_searches(args.algorithm, rollouts)
     else:
         specs = [get(name) for name in args.names] if args.names else SEARCHES
     if not args.update_paper_repro:  # an earlier run's counterexample is never replaced (the committed ones are, on purpose)
