@@ -114,6 +114,13 @@ def with_kl_in_reward(batch: SampleBatch, logp_ref: Tensor, cfg: AlgorithmConfig
     return batch.with_updates(reward=batch.reward - penalty, traj_return=batch.traj_return - per_traj[batch.traj_id])
 
 
+def entropy_of_log_probs(logp: Tensor) -> Tensor:
+    """``-sum_v p_v log p_v`` over the last dimension of log-probabilities ``logp``. ``-inf`` is allowed: a choice of
+    probability 0 adds 0, and no ``nan`` reaches the gradient (as ``0 * -inf`` would)."""
+    finite = torch.where(torch.isfinite(logp), logp, 0.0)
+    return -(logp.exp() * finite).sum(-1)
+
+
 def token_covariance(logp: Tensor, batch: SampleBatch, adv: Tensor) -> Tensor:
     """``[n, L]``: each valid token's centred covariance term ``(A - mean A) (log pi - mean log pi)`` (means over the
     batch's valid tokens, weighted by the rows' weights: 1 sampled, the path's probability in the exact mode; the

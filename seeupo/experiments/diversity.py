@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from seeupo.core.losses import entropy_of_log_probs
 from seeupo.tabular.diversity import alternative_mass, entropy_change_prediction, entropy_per_turn, pass_at_k
 from seeupo.tabular.exact import evaluate, optimal
 from seeupo.tabular.policies import TabularPolicy
@@ -69,13 +70,12 @@ def _identity(before: torch.Tensor, after: torch.Tensor) -> tuple[float, float]:
     first-order prediction from the logits' change and the exact change."""
     delta = after - before  # log-softmax differences: the logits' change up to a constant, which Cov ignores
     predicted = entropy_change_prediction(before, delta)
-
-    def entropy(log_p: torch.Tensor) -> torch.Tensor:
-        return -(log_p.exp() * log_p).sum(-1)
-
-    return float(predicted.sum(-1).mean()), float((entropy(after) - entropy(before)).sum(-1).mean())
+    change = entropy_of_log_probs(after) - entropy_of_log_probs(before)
+    return float(predicted.sum(-1).mean()), float(change.sum(-1).mean())
 
 
+#: The plugins that register the controls' algorithms (relative to the repository).
+CONTROL_PLUGINS = ("examples/algorithms/clip_cov.py", "examples/algorithms/kl_cov.py")
 #: The entropy controls compared beside the catalogue: (label, registered algorithm, settings changed), each on top of
 #: that algorithm's card (its protocol and published KL term); ``clip_cov`` and ``kl_cov`` are plugins.
 CONTROLS = (("grpo, clip-higher 0.28", "grpo", {"clip_eps_high": 0.28}),
@@ -181,6 +181,7 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from seeupo.experiments.offpolicy import positive_int, report_folder
     from seeupo.experiments.scorecard.catalogue import CATALOGUE
+    from seeupo.experiments.verdicts import resolve_dir
     from seeupo.plugins import load_plugins
 
     parser = argparse.ArgumentParser(prog="python -m seeupo.experiments.diversity", description=__doc__.split("\n")[0])
@@ -190,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     args = parser.parse_args(argv)
+    # the catalogue's and the controls' plugins, found from any working directory (the repository's examples)
+    files = [resolve_dir(p) for p in (*(e.plugin for e in CATALOGUE if e.plugin), *CONTROL_PLUGINS)]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"the plugin files {', '.join(missing)} are not here: run it from a checkout of the repository")
     out = report_folder(parser, args.out, ("diversity.md", "diversity.json"), args.overwrite)
-    plugins = tuple(e.plugin for e in CATALOGUE if e.plugin) + ("examples/algorithms/clip_cov.py",
-                                                                  "examples/algorithms/kl_cov.py")
+    plugins = tuple(str(f) for f in files)
     load_plugins(list(plugins), "--plugin")
     start = time.perf_counter()
     measured: dict[str, dict[str, Any]] = {}

@@ -185,19 +185,26 @@ def runs_markdown(table: dict[str, Any]) -> str:
              "engine's sampler. Cell: `seeupo verify`'s words (*converges*: within 1e-3 of J* on every instance; "
              "*J decreased*; *monotone, stuck below J\\**; *monotone, still improving*), then the largest final gap "
              "to J* over the instances and, where J fell, the largest single-update decrease.", ""]
+
+    def cell(r: dict[str, Any]) -> str:
+        fell = f", fell {r['largest_decrease']:.1e}" if r["measured"] == "J decreased" else ""
+        return f"{r['measured']} (gap {r['max_final_gap']:.2g}{fell})"
+
+    return "\n".join(lines + _behaviour_by_correction(table, "Rows", cell))
+
+
+def _behaviour_by_correction(table: dict[str, Any], first: str, cell: Any) -> list[str]:
+    """Per problem of ``table["rows"]``, a heading and a table with a row per behaviour and a column per correction,
+    each cell ``cell(row)``."""
+    lines: list[str] = []
     by_key = {(r["problem"], r["behaviour"], r["correction"]): r for r in table["rows"]}
     for problem in dict.fromkeys(r["problem"] for r in table["rows"]):
-        lines += [f"## {problem}", "", "| Rows | " + " | ".join(f"`{c}`" for c in table["corrections"]) + " |",
+        lines += [f"## {problem}", "", f"| {first} | " + " | ".join(f"`{c}`" for c in table["corrections"]) + " |",
                   "|---|" + "---|" * len(table["corrections"])]
-        for behaviour in table["behaviours"]:
-            cells = []
-            for c in table["corrections"]:
-                r = by_key[(problem, behaviour, c)]
-                fell = f", fell {r['largest_decrease']:.1e}" if r["measured"] == "J decreased" else ""
-                cells.append(f"{r['measured']} (gap {r['max_final_gap']:.2g}{fell})")
-            lines.append(f"| {behaviour} | " + " | ".join(cells) + " |")
+        lines += [f"| {behaviour} | " + " | ".join(cell(by_key[(problem, behaviour, c)]) for c in table["corrections"])
+                  + " |" for behaviour in table["behaviours"]]
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 #: The group estimator of the admission table: GRPO as its preset (no KL term), groups of this size enumerated.
@@ -361,19 +368,12 @@ def corrections_markdown(table: dict[str, Any]) -> str:
              "worst cosine with `grad J` and the largest error relative to `|grad J|` over the instances (with several "
              "turns, then the worst cosine of one turn's step with that turn's `grad J`). Defaults: "
              "`correction_cap` 2, `correction_floor` 0.5, `m2_tau` 0.04 (`docs/off_policy.md`).", ""]
-    by_key = {(r["problem"], r["behaviour"], r["correction"]): r for r in table["rows"]}
-    for problem in dict.fromkeys(r["problem"] for r in table["rows"]):
-        lines += [f"## {problem}", "", "| Behaviour | " + " | ".join(f"`{c}`" for c in table["corrections"]) + " |",
-                  "|---|" + "---|" * len(table["corrections"])]
-        for behaviour in table["behaviours"]:
-            cells = []
-            for c in table["corrections"]:
-                r = by_key[(problem, behaviour, c)]
-                turn = "" if r.get("worst_turn_cosine") is None else f"; {r['worst_turn_cosine']:.3f}"
-                cells.append(f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g}{turn})")
-            lines.append(f"| {behaviour} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
+
+    def cell(r: dict[str, Any]) -> str:
+        turn = "" if r.get("worst_turn_cosine") is None else f"; {r['worst_turn_cosine']:.3f}"
+        return f"{r['verdict']} ({r['worst_cosine']:.3f}, {r['largest_error']:.2g}{turn})"
+
+    return "\n".join(lines + _behaviour_by_correction(table, "Behaviour", cell))
 
 
 def positive_int(text: str) -> int:
@@ -391,6 +391,8 @@ def report_folder(parser: argparse.ArgumentParser, out: str, names: tuple[str, .
     """``out`` made ready for a report's ``names``: an earlier report's files there are kept unless ``overwrite``
     (a one-line error, exit 2, names the first)."""
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        parser.error(f"argument --out: {folder} is a file, not a folder")
     earlier = [n for n in names if (folder / n).exists()]
     if earlier and not overwrite:
         parser.error(f"{folder / earlier[0]} holds an earlier report; pass --overwrite to replace it")

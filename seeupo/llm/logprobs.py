@@ -34,6 +34,8 @@ from typing import Callable, Literal, get_args
 import torch
 import torch.nn.functional as F
 
+from seeupo.core.losses import entropy_of_log_probs
+
 Tensor = torch.Tensor
 
 LogprobPath = Literal["auto", "chunked", "reference", "liger"]
@@ -238,13 +240,6 @@ def _chunk_rows(weight: Tensor, chunk_rows: int | None) -> int:
     if rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     return rows
-
-
-def entropy_of_log_probs(logp: Tensor) -> Tensor:
-    """``-sum_v p_v log p_v`` over the last dimension of log-probabilities ``logp`` (``-inf`` allowed: a token of
-    probability 0 adds 0, and no ``nan`` reaches the gradient, as ``0 * -inf`` would)."""
-    finite = torch.where(torch.isfinite(logp), logp, 0.0)
-    return -(logp.exp() * finite).sum(-1)
 
 
 def _chunk_entropies(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:

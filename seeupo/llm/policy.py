@@ -64,8 +64,8 @@ import torch
 from seeupo.core.batch import SampleBatch
 from seeupo.core.parallel import DataParallel
 from seeupo.llm.config import Scoring
-from seeupo.llm.logprobs import (LogprobPath, TokenLogprobs, entropy_of_log_probs, head_unsupported,
-                                 logprob_backend, token_entropies)
+from seeupo.core.losses import entropy_of_log_probs
+from seeupo.llm.logprobs import LogprobPath, TokenLogprobs, head_unsupported, logprob_backend, token_entropies
 from seeupo.llm.memory import DEVICE_SHARE
 from seeupo.llm.passes import (_AutoBudget, _merged_by_trajectory, _pass_inputs, _plan, _plan_kernel, _Reads,
                                _recomputing, _write_rows, effective_scoring, micro_batches, shared_micro_batches,

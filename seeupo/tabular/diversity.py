@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from seeupo.core.losses import entropy_of_log_probs
 from seeupo.tabular.exact import optimal, reach_probabilities
 from seeupo.tabular.problems import DTYPE, TreeMDP
 from seeupo.tabular.rollout import path_returns, enumerate_paths
@@ -27,15 +28,10 @@ from seeupo.tabular.rollout import path_returns, enumerate_paths
 Tensor = torch.Tensor
 
 
-def _entropy(probs: Tensor) -> Tensor:
-    """``-sum p log p`` over the last axis (0 log 0 = 0)."""
-    return -torch.where(probs > 0, probs * probs.clamp_min(1e-300).log(), 0.0).sum(-1)
-
-
 def entropy_per_turn(problem: TreeMDP, probs: list[Tensor]) -> Tensor:
     """``[T, I]``: each turn's expected entropy of the policy's choice, ``sum_h d_t(h) H(pi_t(. | h))``."""
     reach = reach_probabilities(problem, probs)
-    return torch.stack([(d * _entropy(p.to(DTYPE))).sum(-1) for d, p in zip(reach, probs)])
+    return torch.stack([(d * entropy_of_log_probs(p.to(DTYPE).log())).sum(-1) for d, p in zip(reach, probs)])
 
 
 def success_probability(problem: TreeMDP, probs: list[Tensor], tol: float = 1e-9) -> Tensor:

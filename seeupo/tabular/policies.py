@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 
 from seeupo.core.batch import SampleBatch
+from seeupo.core.losses import entropy_of_log_probs
 from seeupo.tabular.problems import DTYPE, TreeMDP, token_digits
 
 Tensor = torch.Tensor
@@ -149,8 +150,7 @@ class TabularPolicy(torch.nn.Module):
         for t, length, rows, inst, h, prefix, _, spelled in self._by_turn(batch):
             cols = []
             for j in range(length):
-                logp = torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j]]  # [rows, V]
-                cols.append(-(logp.exp() * logp).sum(-1))
+                cols.append(entropy_of_log_probs(torch.log_softmax(self._table(t, j), dim=-1)[inst, h, prefix[:, j]]))
             out = out.index_put((rows[:, None], torch.arange(length)[None, :]), torch.stack(cols, 1) * spelled)
         return out
 
