@@ -162,4 +162,7 @@ def console() -> NoReturn:
         status = main()
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported
         status = INTERRUPTED
+    distributed = sys.modules.get("seeupo.llm.distributed")  # imported only where a process group may be joined
+    if distributed is not None and distributed.joined_process_group():
+        distributed.exit_skipping_teardown(status)
     sys.exit(status)

@@ -8,14 +8,14 @@ resumed from the *single-process* checkpoint, to compare with the single-process
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 from seeupo.llm.config import load_train_config
-from seeupo.llm.distributed import full_state_dict, gather_batch, init_distributed, shutdown, split_groups
+from seeupo.llm.distributed import (exit_skipping_teardown, full_state_dict, gather_batch, init_distributed, shutdown,
+                                   split_groups)
 from seeupo.llm.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,9 +46,4 @@ def main(work: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
-    # every result is written and the process group shut down; skip the interpreter's teardown, where a C++ thread of
-    # torch's was seen to abort a rank on a loaded machine ("terminate called without an active exception", SIGABRT)
-    # after its work had finished. An exception in main still exits non-zero before this line.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_skipping_teardown(0)  # an exception in main exits non-zero before this line

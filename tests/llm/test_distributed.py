@@ -177,3 +177,35 @@ def test_activation_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny6
     assert calls == [1, 2]  # the checkpointed layer runs again in the backward pass
     assert max(float((grads[0][k] - grads[1][k]).abs().max()) for k in grads[0]) < 1e-12
     assert not checkpointed.model.layers[0].self_attn.training  # dropout stays off inside the layer
+
+
+def test_exit_skipping_teardown_flushes_and_exits_with_the_status():
+    script = ("import atexit, sys\n"
+              "from seeupo.llm.distributed import exit_skipping_teardown\n"
+              "atexit.register(lambda: print('teardown ran'))\n"
+              "sys.stdout.write('written before the exit')\n"
+              "exit_skipping_teardown(3)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 3, run.stderr
+    assert run.stdout == "written before the exit"  # flushed, and no atexit handler ran
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_the_command_line_skips_teardown_only_where_a_process_group_was_joined(monkeypatch, joined):
+    import seeupo.cli as cli
+    import seeupo.llm.distributed as distributed
+
+    class Skipped(Exception):
+        pass
+
+    def skipped(status):
+        raise Skipped(status)
+
+    monkeypatch.setattr(cli, "main", lambda: 5)
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # console's SIGPIPE setting stays out of pytest
+    monkeypatch.setattr(distributed, "_joined", joined)
+    monkeypatch.setattr(distributed, "exit_skipping_teardown", skipped)
+    with pytest.raises(Skipped if joined else SystemExit) as ended:
+        cli.console()
+    status = ended.value.args[0] if joined else ended.value.code
+    assert status == 5
