@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from seeupo.llm.distributed import full_state_dict, init_distributed, shard_model, shutdown
+from seeupo.llm.distributed import exit_skipping_teardown, full_state_dict, init_distributed, shard_model, shutdown
 from seeupo.llm.models import norms_in_model_dtype, tiny_qwen3
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -43,3 +43,4 @@ def main(work: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    exit_skipping_teardown(0)  # as `seeupo train` does; an exception in main exits non-zero before this line
