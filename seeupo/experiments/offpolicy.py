@@ -296,6 +296,7 @@ def admission_markdown(table: dict[str, Any]) -> str:
                   "signal; \"k of n zero\": on k of them).", "",
                   "| Problem | Admitted | mean turns | no correction: vs fresh, vs grad J | sequence_is, no cap: vs fresh, "
                   "vs grad J |", "|---|---|---|---|---|"]
+
         def shown(worst: dict[str, Any]) -> str:
             if worst["cosine"] is None:
                 return "zero step"

@@ -97,9 +97,9 @@ def exit_skipping_teardown(status: int) -> NoReturn:
     without the interpreter's teardown: there a C++ thread of torch's (torch 2.13, gloo) was seen to abort a
     rank that had finished its work ("terminate called without an active exception", SIGABRT) in two test
     runs on a loaded machine (not reproduced in 30 launches beside three busy processes), and torchrun then
-    reports the whole run failed. The
-    standard streams and ``logging`` are flushed first; Python's ``atexit`` handlers do not run, so
-    whatever must reach disk (metrics, checkpoints, TensorBoard) is closed before this is called."""
+    reports the whole run failed. The standard streams and ``logging`` are flushed first; Python's ``atexit``
+    handlers do not run, so whatever must reach disk (metrics, checkpoints, TensorBoard) is closed before this
+    is called."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

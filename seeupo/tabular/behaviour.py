@@ -13,6 +13,7 @@ update of a correction (:mod:`seeupo.core.corrections`) is computed, not sampled
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -82,6 +83,11 @@ class Rollouts:
     def run_fields(self) -> dict[str, object]:
         """The :class:`~seeupo.tabular.train.RunConfig` fields that draw a run's rows this way."""
         return {"staleness": self.staleness, "sampler": None if self.sampler.on_policy else self.sampler}
+
+    @classmethod
+    def of_run(cls, run: Any) -> "Rollouts":
+        """The setting a :class:`~seeupo.tabular.train.RunConfig` draws its rows with (:meth:`run_fields`' inverse)."""
+        return cls(run.staleness, run.sampler if run.sampler is not None else Sampler())
 
     def words(self) -> str:
         """The setting in words: ``"on policy"``, or e.g. ``"rows 1 update stale; engine: temperature 0.7, top-p 0.9"``."""
@@ -153,7 +159,7 @@ def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig
         raise ValueError(f"max_age must be >= 1 (an episode of one turn is one update old), got {max_age}")
     if adv_estimator(cfg.advantage).needs_group_stats:
         return _admitted_groups(problem, policy, cfg, past, max_age)
-    from seeupo.tabular.rollout import exact_batch
+    from seeupo.tabular.rollout import batch_advantages, exact_batch
 
     batch, _ = exact_batch(problem, policy, cfg)  # every path under policy: the rows' tokens and histories
     turns = torch.zeros(batch.num_trajectories, dtype=torch.long).index_add_(0, batch.traj_id, batch.valid.long())
@@ -168,13 +174,13 @@ def admitted_batch(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig
     per_traj = torch.zeros(batch.num_trajectories, dtype=DTYPE).index_add_(0, batch.traj_id, log_ratio)
     weight = batch.weight * torch.exp(per_traj[batch.traj_id]) * (length <= max_age)
     admitted = _renormalised(batch.with_updates(weight=weight, logp_behaviour=logp_behaviour if past is not None else None))
-    return admitted, _advantages(problem, policy, cfg, admitted)
+    return admitted, batch_advantages(problem, policy, admitted, cfg)
 
 
 def _admitted_groups(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,
                      past: list[TabularPolicy] | None, max_age: int) -> tuple[SampleBatch, Tensor]:
     """:func:`admitted_batch` for a group estimator: whole groups, as old as their longest episode."""
-    from seeupo.tabular.rollout import enumerate_paths, group_batch, group_draws
+    from seeupo.tabular.rollout import batch_advantages, enumerate_paths, group_batch, group_draws
 
     generators = past if past is not None else [policy]
     with torch.no_grad():
@@ -193,7 +199,7 @@ def _admitted_groups(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConf
         batch = batch.with_updates(logp_behaviour=drawn_by[which[batch.group_id], torch.arange(batch.num_rows)])
     admitted = _renormalised(batch)
     own = admitted.traj_id < inst.numel()
-    return admitted.select(own), _advantages(problem, policy, cfg, admitted)[own]
+    return admitted.select(own), batch_advantages(problem, policy, admitted, cfg)[own]
 
 
 def _renormalised(batch: SampleBatch) -> SampleBatch:
@@ -202,17 +208,6 @@ def _renormalised(batch: SampleBatch) -> SampleBatch:
     total = torch.zeros(batch.num_instances, dtype=DTYPE).index_add_(
         0, batch.instance, torch.where(batch.turn == 0, batch.weight, 0.0))
     return batch.with_updates(weight=batch.weight / total.clamp_min(1e-300)[batch.instance])
-
-
-def _advantages(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig, batch: SampleBatch) -> Tensor:
-    from seeupo.core.registry import adv_estimator
-    from seeupo.core.update import compute_advantages
-    from seeupo.tabular.rollout import critic_values, oracle_advantages
-
-    estimator = adv_estimator(cfg.advantage)
-    critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
-    oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
-    return compute_advantages(batch, cfg, critic_values=critic, oracle=oracle)
 
 
 def admitted_direction(problem: TreeMDP, policy: TabularPolicy, cfg: AlgorithmConfig,

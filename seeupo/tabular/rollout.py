@@ -218,21 +218,20 @@ def exact_advantages(
     estimator = adv_estimator(cfg.advantage)
     if estimator.needs_group_stats and not (closed_form and estimator.group_stats_closed_form):
         batch, own = exact_group_batch(problem, policy, cfg, max_rows=max_rows, behaviour=behaviour)
-        adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
-                                 oracle=_oracle(problem, policy, batch, cfg))
+        adv = batch_advantages(problem, policy, batch, cfg)
         return batch.select(own), adv[own]
     batch, group_stats = exact_batch(problem, policy, cfg, max_rows=max_rows, behaviour=behaviour)
-    adv = compute_advantages(batch, cfg, critic_values=_critic(problem, policy, batch, cfg),
-                             oracle=_oracle(problem, policy, batch, cfg), group_stats=group_stats)
-    return batch, adv
+    return batch, batch_advantages(problem, policy, batch, cfg, group_stats)
 
 
-def _critic(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor | None:
-    return critic_values(problem, policy, batch) if adv_estimator(cfg.advantage).needs_critic else None
-
-
-def _oracle(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch, cfg: AlgorithmConfig) -> Tensor | None:
-    return oracle_advantages(problem, policy, batch) if adv_estimator(cfg.advantage).needs_oracle else None
+def batch_advantages(problem: TreeMDP, policy: TabularPolicy, batch: SampleBatch, cfg: AlgorithmConfig,
+                     group_stats: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """``cfg``'s advantages of ``batch`` (exact or sampled), given the exact values of ``policy`` on ``problem`` where
+    the estimator reads them (a perfect critic, the oracle)."""
+    estimator = adv_estimator(cfg.advantage)
+    critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
+    oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
+    return compute_advantages(batch, cfg, critic_values=critic, oracle=oracle, group_stats=group_stats)
 
 
 def exact_batch(

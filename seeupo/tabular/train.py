@@ -15,14 +15,13 @@ import torch
 
 from seeupo.core.batch import SampleBatch
 from seeupo.core.config import AlgorithmConfig
-from seeupo.core.registry import adv_estimator
-from seeupo.core.update import UpdateSettings, compute_advantages, num_turns, policy_update, sequential_sweep
+from seeupo.core.update import UpdateSettings, num_turns, policy_update, sequential_sweep
 from seeupo.tabular.behaviour import Sampler, behaviour_policy
 from seeupo.tabular.exact import evaluate, kl_divergence, optimal
 from seeupo.tabular.kl import kl_reward_problem, reference_policy
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import DTYPE, TreeMDP
-from seeupo.tabular.rollout import critic_values, exact_advantages, oracle_advantages, sample_batch
+from seeupo.tabular.rollout import batch_advantages, exact_advantages, sample_batch
 
 Tensor = torch.Tensor
 
@@ -117,10 +116,7 @@ def build_batch(
         with torch.no_grad():
             batch = batch.with_updates(logp_old=policy.token_logps(batch) * batch.token_mask,
                                        logp_behaviour=batch.logp_old)
-    estimator = adv_estimator(cfg.advantage)
-    critic = critic_values(problem, policy, batch) if estimator.needs_critic else None
-    oracle = oracle_advantages(problem, policy, batch) if estimator.needs_oracle else None
-    return batch, compute_advantages(batch, cfg, critic_values=critic, oracle=oracle)
+    return batch, batch_advantages(problem, policy, batch, cfg)
 
 
 ARGMAX_FLOOR = 1e-12

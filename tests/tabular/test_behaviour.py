@@ -8,6 +8,7 @@ gradient sum_a pi(a) A(a) (e_a - pi) exactly when w = pi / mu.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction as Fr
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from seeupo.core.config import preset
-from seeupo.tabular.behaviour import Sampler, behaviour_policy, sampled_conditional
+from seeupo.tabular.behaviour import Rollouts, Sampler, behaviour_policy, sampled_conditional
 from seeupo.tabular.gradient import policy_gradient, update_direction
 from seeupo.tabular.policies import TabularPolicy
 from seeupo.tabular.problems import random_token_bandit, sequential_bandit
@@ -193,3 +194,14 @@ def test_a_group_estimator_s_groups_are_admitted_whole_and_as_old_as_their_longe
     torch.testing.assert_close(batch.logp_behaviour[fresh_rows], batch.logp_old[fresh_rows])
     long_rows = turns[batch.traj_id] == 2
     torch.testing.assert_close(batch.logp_behaviour[long_rows], older.token_logps(batch)[long_rows] * batch.token_mask[long_rows])
+
+
+@pytest.mark.parametrize("rollouts", [Rollouts(), Rollouts(2), Rollouts(0, Sampler(top_p=0.9)),
+                                      Rollouts(1, Sampler(temperature=0.7, noise=0.3, seed=5))])
+def test_a_run_config_draws_its_rows_as_the_rollouts_setting_says(rollouts):
+    from seeupo.tabular.train import RunConfig
+
+    run = RunConfig(**rollouts.run_fields())  # type: ignore[arg-type]
+    assert (run.sampler is None) == rollouts.sampler.on_policy  # an on-policy engine is written as no engine
+    assert Rollouts.of_run(run) == rollouts
+    assert Rollouts.from_dict(dataclasses.asdict(rollouts)) == rollouts

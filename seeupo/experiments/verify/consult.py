@@ -13,7 +13,7 @@ from seeupo.core.registry import shown_path
 from seeupo.experiments.verdicts import TABLE1_CLAIMS, TABLE1_SEARCHES, saved_counterexamples, table1_verdict
 from seeupo.experiments.verify.cells import BASE_SETTINGS, CellResult, VerifyConfig
 from seeupo.experiments.verify.rows import Row
-from seeupo.tabular.behaviour import Rollouts, Sampler
+from seeupo.tabular.behaviour import Rollouts
 from seeupo.validation.errors import InputError
 
 
@@ -112,15 +112,10 @@ def consult_counterexamples(names: list[str] | tuple[str, ...], directories: lis
             out.append({"file": shown_path(str(path)), "search": path.stem, "algorithm": name,
                         "setting": case_setting(example),
                         "parameterization": example.run.parameterization, "mode": example.run.mode,
-                        "rollouts": run_rollouts(example.run).words(),
+                        "rollouts": Rollouts.of_run(example.run).words(),
                         "reproduces": bool(again.reproduces), "decreases": bool(again.reproduces and largest > tol),
                         "J": J, "largest_decrease": largest})
     return out
-
-
-def run_rollouts(run: Any) -> Rollouts:
-    """The :class:`~seeupo.tabular.behaviour.Rollouts` a :class:`~seeupo.tabular.train.RunConfig` draws its rows with."""
-    return Rollouts(run.staleness, run.sampler if run.sampler is not None else Sampler())
 
 
 def mark_cells(cells: list[dict[str, Any]], decreasing: list[dict[str, Any]]) -> None:
